@@ -112,6 +112,7 @@ class TrainConfig(Section):
     min_lr_ratio: float = Field(0.05, ge=0, le=1)
     max_steps: Optional[int] = Field(None, ge=1, description="None: the preset's default (never runs forever)")
     max_epochs: Optional[int] = Field(None, ge=1)
+    max_minutes: Optional[float] = Field(None, gt=0, description="wall-clock budget of this invocation (e.g. the demo)")
     val_every_n_steps: int = Field(500, ge=1)
     checkpoint_every_n_steps: int = Field(500, ge=1)
     keep_last_k: int = Field(3, ge=0)
