@@ -34,6 +34,7 @@ def atomic_save(obj: Any, path: Path) -> None:
     """torch.save to a temporary file, fsync, then rename: a crash never leaves a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphaned_temporaries(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as handle:
@@ -44,6 +45,16 @@ def atomic_save(obj: Any, path: Path) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def _remove_orphaned_temporaries(path: Path) -> None:
+    """A process killed mid-save (kill -9) leaves its temporary file; remove those whose writer is gone."""
+    import psutil
+
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -1,0 +1,372 @@
+"""The LightningModule that trains every voicesmith model (acoustic today; VITS and vocoders are GANs).
+
+Every model trains with Lightning's *manual* optimisation, on purpose. The engine must skip a batch
+whose loss is not finite, or that runs out of memory twice, without taking an optimizer step, and
+must retry an out-of-memory batch at half size. Under automatic optimisation a skipped batch still
+counts as an optimizer step (Lightning calls `optimizer.step` whatever `training_step` returns),
+Lightning refuses a skipped step under DDP outright, and an out-of-memory error in the backward
+pass is raised outside `training_step`, where no retry is possible. So the step is written here:
+forward, agree across ranks whether the loss is usable, backward (Lightning scales it for mixed
+precision and syncs DDP gradients), clip, step. Lightning still does precision, the grad scaler,
+DDP, checkpoint state of optimizers and schedulers, logging and the loops.
+
+Two step shapes, chosen by the model:
+- single-loss models (`forward(batch).losses`): one optimizer;
+- GANs (`model.is_gan = True`, see `GanModel`): a discriminator then a generator update per batch,
+  which together count as one step (`global_step` counts generator updates only).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from voicesmith.config import VoiceConfig
+from voicesmith.errors import ConfigError, RunFailed
+from voicesmith.training.guard import LossWatch, SkipGuard
+from voicesmith.training.rng import rng_state, set_rng_state
+from voicesmith.training.schedules import build_scheduler
+
+if TYPE_CHECKING:
+    from voicesmith.text import SymbolTable
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+TRAIN_STATE_KEY = "voicesmith_train"  # engine state in a checkpoint: RNG streams and skip counts
+
+
+class GanModel(Protocol):
+    """What the engine needs from a GAN (VITS, vocoders): two parameter sets and two sets of raw losses."""
+
+    is_gan: bool
+
+    def generator_parameters(self) -> Iterable[nn.Parameter]: ...
+    def discriminator_parameters(self) -> Iterable[nn.Parameter]: ...
+    def forward(self, batch: dict) -> Any: ...  # the generator pass; its output feeds both loss functions
+    def discriminator_losses(self, batch: dict, output: Any) -> dict[str, Tensor]: ...
+    def generator_losses(self, batch: dict, output: Any) -> dict[str, Tensor]: ...
+    def loss_names(self) -> list[str]: ...
+
+
+@dataclass
+class StepResult:
+    """What one training batch did: the raw losses, or the reason it was skipped."""
+
+    losses: dict[str, Tensor] = field(default_factory=dict)
+    total: Optional[Tensor] = None
+    grad_norm: Optional[Tensor] = None
+    skipped: Optional[str] = None
+    detail: str = ""
+
+
+def loss_weights(model: nn.Module, config: VoiceConfig) -> dict[str, float]:
+    """The weight of each loss the model produces; a loss with no config field weighs 1."""
+    configured = config.model.loss_weights
+    return {name: float(getattr(configured, name, 1.0)) for name in model.loss_names()}
+
+
+def weighted_total(losses: dict[str, Tensor], weights: dict[str, float]) -> Tensor:
+    return sum(weights.get(name, 1.0) * value for name, value in losses.items())
+
+
+def describe_losses(losses: dict[str, Tensor]) -> str:
+    """The losses of a skipped batch; all finite here means another rank's were not (DDP skips together)."""
+    text = ", ".join(f"{name}={value.item():.4g}" for name, value in losses.items())
+    finite = all(torch.isfinite(value).all() for value in losses.values())
+    return text + (" (another rank's loss was not finite)" if finite else "")
+
+
+def halve_batch(batch: dict) -> Optional[dict]:
+    """The first half of a batch with its padding trimmed to the new longest item; None for one item."""
+    size = len(batch["ids"])
+    if size < 2:
+        return None
+    keep = (size + 1) // 2
+    half = {key: value[:keep] for key, value in batch.items()}
+    for padded, lengths in (("phoneme_ids", "phoneme_lengths"), ("mels", "mel_lengths"), ("audio", "audio_lengths")):
+        if padded in half and lengths in half:
+            half[padded] = half[padded][..., : int(half[lengths].max())]
+    return half
+
+
+def free_accelerator_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    if torch.backends.mps.is_available():
+        torch.mps.empty_cache()
+
+
+def voicesmith_block(config: VoiceConfig, symbols: "SymbolTable", speakers: dict[str, int],
+                     global_step: int) -> dict[str, Any]:
+    """What a checkpoint needs to become a voice without the training code (see voicesmith.checkpoint)."""
+    return {"format": CHECKPOINT_FORMAT, "model_type": config.model.type, "config": config.to_dict(),
+            "symbols": symbols.to_dict(), "speakers": dict(speakers), "global_step": int(global_step)}
+
+
+class VoiceModule(L.LightningModule):
+    """`.model` is the plain nn.Module being trained; `.config`, `.symbols`, `.speakers` describe the voice.
+
+    Pass `model` to train a module built elsewhere; without it the model of `config.model` is built
+    in `configure_model` from the datamodule's symbols and speakers (after data preparation, which
+    under DDP runs once per node before every rank builds its model).
+    """
+
+    def __init__(self, config: VoiceConfig, model: Optional[nn.Module] = None,
+                 symbols: Optional["SymbolTable"] = None, speakers: Optional[dict[str, int]] = None,
+                 guard: Optional[SkipGuard] = None, fresh_start: bool = True):
+        super().__init__()
+        self.automatic_optimization = False
+        self.config = config
+        self.model = model
+        self.symbols, self.speakers = symbols, dict(speakers or {})
+        self.guard = guard or SkipGuard.from_config(config.train)
+        self.loss_watch = LossWatch()
+        self.fresh_start = fresh_start
+        self.weights: dict[str, float] = {}
+        self.last_losses: dict[str, Tensor] = {}
+        self.current_ids: list[str] = []
+        self.val_nonfinite = 0
+        if model is not None:
+            self._prepare_model()
+
+    @property
+    def is_gan(self) -> bool:
+        return bool(getattr(self.model, "is_gan", False))
+
+    def setup(self, stage: str) -> None:
+        if self.trainer.global_rank != 0:
+            self.guard.log_path = None  # every rank counts the same skips; rank 0 writes them down
+
+    # --- model ------------------------------------------------------------------------------------
+
+    def configure_model(self) -> None:
+        datamodule = self.trainer.datamodule
+        if self.symbols is None:
+            self.symbols, self.speakers = datamodule.symbols, datamodule.speakers
+        if self.model is not None:
+            return
+        from voicesmith.models import build_model
+
+        self.model = build_model(self.config.model, len(self.symbols), self.config.audio.n_mels,
+                                 max(1, len(self.speakers)), self.config.resolve)
+        if self.fresh_start and hasattr(self.model, "set_mel_stats"):
+            self.model.set_mel_stats(*datamodule.mel_stats())
+        self._prepare_model()
+
+    def _prepare_model(self) -> None:
+        train, hardware = self.config.train, self.config.hardware
+        if self.fresh_start and train.init_from:
+            self._init_from(train.init_from)
+        if train.gradient_checkpointing:
+            if not hasattr(self.model, "set_gradient_checkpointing"):
+                raise ConfigError(f"train.gradient_checkpointing=true, but {type(self.model).__name__} has no "
+                                  f"gradient checkpointing; set it to false.")
+            self.model.set_gradient_checkpointing(True)
+        if hardware.compile:
+            self.model.compile()
+        self.weights = loss_weights(self.model, self.config)
+
+    def _init_from(self, path: str) -> None:
+        """Fine-tuning: start from another run's weights (its optimizer and step are not taken)."""
+        from voicesmith.checkpoint import load_checkpoint, model_state
+
+        source = self.config.resolve(path)
+        state = model_state(load_checkpoint(source))
+        try:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+        except RuntimeError as exc:
+            raise ConfigError(f"train.init_from={path}: the weights in {source} do not fit this model "
+                              f"({str(exc).splitlines()[0]}); the model section of the config must match "
+                              f"the base voice's.") from None
+        if missing or unexpected:
+            raise ConfigError(f"train.init_from={path}: {source} does not fit this model (missing: "
+                              f"{', '.join(missing[:5]) or 'none'}; "
+                              f"unexpected: {', '.join(unexpected[:5]) or 'none'}).")
+        log.info("Starting from the weights of %s", source)
+
+    # --- optimisation ------------------------------------------------------------------------------
+
+    def configure_optimizers(self):
+        train = self.config.train
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+
+        def adamw(parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+            trainable = [p for p in parameters if p.requires_grad]
+            return torch.optim.AdamW(trainable, lr=train.learning_rate, betas=tuple(train.betas),
+                                     weight_decay=train.weight_decay)
+
+        if self.is_gan:
+            optimizers = [adamw(self.model.generator_parameters()), adamw(self.model.discriminator_parameters())]
+        else:
+            optimizers = [adamw(self.model.parameters())]
+        schedulers = [{"scheduler": build_scheduler(opt, train, total_steps), "interval": "step"} for opt in optimizers]
+        return optimizers, schedulers
+
+    def training_step(self, batch: dict, batch_idx: int) -> None:
+        self.current_ids = batch["ids"]
+        result = self._run_with_memory_retry(batch)
+        if result.skipped:
+            self.guard.skip(result.skipped, batch["ids"], self.global_step, result.detail)  # may stop the run
+        else:
+            self.guard.ok()
+            self._log_step(result, len(batch["ids"]))
+        self.current_ids = []  # set only while a batch trains, so an error report names the right items
+
+    def _run_with_memory_retry(self, batch: dict) -> StepResult:
+        """Out of memory: free the cache, retry once at half size, then skip (single process only)."""
+        try:
+            return self._optimize(batch)
+        except torch.OutOfMemoryError as exc:
+            message = str(exc).splitlines()[0] if str(exc) else "out of memory"
+        if self.trainer.world_size > 1:
+            raise RunFailed(f"Out of memory at step {self.global_step} (items {', '.join(batch['ids'])}): {message}. "
+                            f"Under DDP a batch cannot be retried on one rank alone; lower train.batch_size or "
+                            f"data.max_frames_per_batch.")
+        free_accelerator_memory()
+        half = halve_batch(batch)
+        if half is not None:
+            try:
+                result = self._optimize(half)
+            except torch.OutOfMemoryError as exc:
+                message = str(exc).splitlines()[0] if str(exc) else message
+            else:
+                if not result.skipped:
+                    self.guard.recover("out_of_memory_half_batch", batch["ids"], self.global_step,
+                                       f"{message}; trained on the first {len(half['ids'])} items instead")
+                return result
+            free_accelerator_memory()
+        return StepResult(skipped="out_of_memory", detail=message)
+
+    def _optimize(self, batch: dict) -> StepResult:
+        if self.is_gan:
+            return self._optimize_gan(batch)
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        losses = self.model(batch).losses
+        total = weighted_total(losses, self.weights)
+        if self._any_rank(~torch.isfinite(total)):
+            return StepResult(skipped="nonfinite_loss", detail=describe_losses(losses))
+        norm = self._backward_and_clip(total, optimizer)
+        if norm is not None and not torch.isfinite(norm):
+            optimizer.zero_grad(set_to_none=True)
+            return StepResult(skipped="nonfinite_gradient", detail=f"gradient norm {norm.item()}")
+        optimizer.step()
+        scheduler.step()
+        return StepResult(losses=losses, total=total, grad_norm=norm)
+
+    def _optimize_gan(self, batch: dict) -> StepResult:
+        """Discriminator update, then generator update; only the generator update counts as the step."""
+        (opt_g, opt_d), (sched_g, sched_d) = self.optimizers(), self.lr_schedulers()
+        output = self.model(batch)
+        d_losses = self.model.discriminator_losses(batch, output)
+        d_total = weighted_total(d_losses, self.weights)
+        if self._any_rank(~torch.isfinite(d_total)):
+            return StepResult(skipped="nonfinite_loss", detail=f"discriminator: {describe_losses(d_losses)}")
+        norm_d = self._backward_and_clip(d_total, opt_d)
+        if norm_d is not None and not torch.isfinite(norm_d):
+            opt_d.zero_grad(set_to_none=True)
+            return StepResult(skipped="nonfinite_gradient", detail=f"discriminator gradient norm {norm_d.item()}")
+        self.trainer.strategy.optimizer_step(opt_d.optimizer, closure=_no_closure)  # not counted as a step
+        sched_d.step()
+        g_losses = self.model.generator_losses(batch, output)
+        g_total = weighted_total(g_losses, self.weights)
+        if self._any_rank(~torch.isfinite(g_total)):
+            return StepResult(skipped="nonfinite_loss", detail=f"generator (after the discriminator update): "
+                                                               f"{describe_losses(g_losses)}")
+        norm_g = self._backward_and_clip(g_total, opt_g)
+        if norm_g is not None and not torch.isfinite(norm_g):
+            opt_g.zero_grad(set_to_none=True)
+            return StepResult(skipped="nonfinite_gradient", detail=f"generator gradient norm {norm_g.item()}")
+        opt_g.step()
+        sched_g.step()
+        return StepResult(losses={**d_losses, **g_losses}, total=d_total.detach() + g_total.detach(), grad_norm=norm_g)
+
+    def _backward_and_clip(self, total: Tensor, optimizer) -> Optional[Tensor]:
+        """Backward, then clip and measure the gradient norm (after unscaling, under a grad scaler)."""
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(total)
+        if self._grad_scaler() is not None:
+            return None  # clipped in on_before_optimizer_step, after the scaler unscales; it skips inf itself
+        return self._clip(optimizer)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if self._grad_scaler() is not None:
+            self._clip(optimizer)
+
+    def _clip(self, optimizer) -> Tensor:
+        parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        max_norm = self.config.train.grad_clip_norm
+        if max_norm is None:
+            return torch.nn.utils.get_total_norm([p.grad for p in parameters])
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+
+    def _grad_scaler(self):
+        return getattr(self.trainer.precision_plugin, "scaler", None)
+
+    def _any_rank(self, flag: Tensor) -> bool:
+        """True on every rank when it is true on any: ranks must skip together or DDP hangs."""
+        if self.trainer.world_size > 1:
+            flag = self.trainer.strategy.reduce(flag.float(), reduce_op="sum")
+        return bool(flag)
+
+    # --- logging ------------------------------------------------------------------------------------
+
+    def _log_step(self, result: StepResult, batch_size: int) -> None:
+        losses = {name: value.detach() for name, value in result.losses.items()}
+        self.last_losses = {**losses, "total": result.total.detach()}
+        shown = {f"loss/{name}": value for name, value in self.last_losses.items()}  # raw, and the total
+        values = {f"loss_weighted/{name}": value * self.weights.get(name, 1.0) for name, value in losses.items()}
+        if result.grad_norm is not None:
+            values["grad_norm"] = result.grad_norm
+        # The x-axis of every logger is the optimizer step (Lightning counts batches, skipped ones too).
+        values["step"] = float(self.global_step)
+        self.log_dict(shown, on_step=True, on_epoch=False, batch_size=batch_size, prog_bar=True)
+        self.log_dict(values, on_step=True, on_epoch=False, batch_size=batch_size)
+        optimizer = self.optimizers()[0] if self.is_gan else self.optimizers()
+        self.log("lr", optimizer.param_groups[0]["lr"], on_step=True, on_epoch=False, batch_size=batch_size)
+        self.loss_watch.update(float(result.total.detach()), self.global_step)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        if self.is_gan:
+            losses = self.model.generator_losses(batch, self.model(batch))
+        else:
+            losses = self.model(batch).losses
+        total = weighted_total(losses, self.weights)
+        if not torch.isfinite(total):
+            self.val_nonfinite += 1
+            log.warning("Validation batch with a non-finite loss left out of val_loss (%s): items %s",
+                        describe_losses(losses), ", ".join(batch["ids"]))
+            return
+        size = len(batch["ids"])
+        self.log("val_loss", total, on_epoch=True, batch_size=size, sync_dist=True, prog_bar=True)
+        for name, value in losses.items():
+            self.log(f"val/{name}", value, on_epoch=True, batch_size=size, sync_dist=True)
+
+    # --- checkpoint ---------------------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["voicesmith"] = voicesmith_block(self.config, self.symbols, self.speakers, self.global_step)
+        checkpoint[TRAIN_STATE_KEY] = {"rng": rng_state(), "skip_guard": self.guard.state_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        block = checkpoint.get("voicesmith", {})
+        if self.symbols is not None and block.get("symbols") not in (None, self.symbols.to_dict()):
+            raise ConfigError("The checkpoint was trained with another symbol table than this run's feature cache "
+                              "(the phoneme ids moved). Resume with the cache it was trained on, or start a new "
+                              "run with --resume never.")
+        state = checkpoint.get(TRAIN_STATE_KEY)
+        if state:
+            set_rng_state(state["rng"])
+            self.guard.load_state_dict(state["skip_guard"])
+
+
+def _no_closure() -> None:
+    """The closure of an optimizer step whose backward already ran."""
+    return None
