@@ -173,8 +173,11 @@ def report(args, rows: list[dict], inference: list[dict]) -> str:
         totals = " | ".join(f"{total:.4f} | {1 / total:.0f}x"
                             for total in (row["model_rtf"] + row[f"gl{n}_rtf"] for n in args.gl_iters))
         lines.append(f"| {row['preset']} | {row['device']} | {row['model_rtf']:.4f} | {gl} | {totals} |")
-    lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f} (other work on the machine slows every row alike "
-              f"only roughly; compare rows of one run)."]
+    lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}. On a shared machine the numbers vary "
+              f"several-fold between runs (other processes take cores; multi-threaded torch then waits for "
+              f"descheduled threads), "
+              f"so compare rows of one run. Convergence (validation mel loss over 15 minutes, alignment "
+              f"picture): RESULTS_convergence.md from benchmarks/convergence.py."]
     return "\n".join(lines) + "\n"
 
 

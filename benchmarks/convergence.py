@@ -7,7 +7,8 @@ the preset's max_steps, whichever ends first, validating every `--val-every` ste
 - `convergence.png`: validation mel loss (normalised units, as logged) against minutes of training;
 - `convergence_alignment.png`: for one validation item, the MAS alignment, the recording's mel, the
   teacher-forced mel and the mel the model speaks from the text alone (predicted durations);
-- `RESULTS_convergence.md`: the curve as a table and the final numbers.
+- `RESULTS_convergence.md`: the curve as a table, the final numbers and `voicesmith eval`'s scores
+  (ASR character/word error rates against those of the recordings, MCD, duration ratio).
 
     python benchmarks/convergence.py --minutes 15            # the README figure (15 minutes)
     python benchmarks/convergence.py --minutes 1 --items 40  # smoke test
@@ -34,6 +35,8 @@ from voicesmith.config import init_run, load_config  # noqa: E402
 from voicesmith.data.cache import FeatureCache  # noqa: E402
 from voicesmith.data.loader import TTSDataset, collate_batch, split_entries  # noqa: E402
 from voicesmith.demo_corpus import write_demo_corpus  # noqa: E402
+from voicesmith.evaluate import evaluate, validation_items  # noqa: E402
+from voicesmith.inference import Synthesizer  # noqa: E402
 from voicesmith.models import build_model  # noqa: E402
 from voicesmith.training import train  # noqa: E402
 
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--items", type=int, default=300)
     parser.add_argument("--val-every", type=int, default=100, help="validate every N steps (the preset's)")
+    parser.add_argument("--eval-items", type=int, default=8, help="validation items scored by `voicesmith eval`")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--work-dir", type=Path, help="keep the corpus and run here (default: a temporary folder)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -126,10 +130,11 @@ def main() -> None:
         plot_curve(curve.points, args.out_dir / "convergence.png",
                    f"tiny preset, {args.items}-utterance demo corpus, {machine}")
         lengths = plot_alignment(run_dir, args.out_dir / "convergence_alignment.png")
-        write_results(args, summary, curve.points, lengths, machine)
+        scores = evaluate(Synthesizer.load(run_dir), validation_items(config), limit=args.eval_items)
+        write_results(args, summary, curve.points, lengths, scores, machine)
 
 
-def write_results(args, summary: dict, points: list, lengths: dict, machine: str) -> None:
+def write_results(args, summary: dict, points: list, lengths: dict, scores: dict, machine: str) -> None:
     final_minutes, final_step, final_mel, final_total = points[-1]
     lines = ["# Acoustic model: convergence of the tiny preset", "",
              f"`python benchmarks/convergence.py --minutes {args.minutes:g} --items {args.items}` — {machine}, "
@@ -141,12 +146,23 @@ def write_results(args, summary: dict, points: list, lengths: dict, machine: str
              f"Duration check on the pictured validation item: recording {lengths['recorded_frames']} frames, "
              f"spoken from text {lengths['predicted_frames']} frames "
              f"({lengths['predicted_frames'] / lengths['recorded_frames']:.2f}x).", "",
+             f"`voicesmith eval` on {scores['n_items']} validation items (Griffin-Lim, {scores.get('recognizer')}): "
+             f"CER {_score(scores, 'cer')} (the recordings themselves: {_score(scores, 'reference_cer')}), "
+             f"WER {_score(scores, 'wer')} (recordings: {_score(scores, 'reference_wer')}), MCD "
+             f"{_score(scores, 'mcd')} dB, duration ratio {_score(scores, 'duration_ratio')}, "
+             f"RTF {_score(scores, 'rtf')}.",
+             "",
              "![validation mel loss](convergence.png)", "", "![alignment and mels](convergence_alignment.png)", "",
              "| minutes | step | val mel | val total |", "|---|---|---|---|"]
     lines += [f"| {minutes:.1f} | {step} | {mel:.4f} | {total:.4f} |" for minutes, step, mel, total in points]
     text = "\n".join(lines) + "\n"
     (args.out_dir / "RESULTS_convergence.md").write_text(text, encoding="utf-8")
     print(text)
+
+
+def _score(scores: dict, key: str) -> str:
+    value = scores.get(key)
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":

@@ -13,11 +13,18 @@ log = logging.getLogger(__name__)
 
 
 class LossTable(Callback):
-    """Prints the active loss weights once, at the start: what the run optimises is never a guess."""
+    """Prints what the run trains, on what, and the active loss weights, once: never a guess."""
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.is_global_zero:
-            log.info(format_loss_table(pl_module.weights))
+        if not trainer.is_global_zero:
+            return
+        model = pl_module.model
+        parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        counts = trainer.datamodule.counts() if trainer.datamodule is not None else {}
+        data = (f"{counts.get('items_train', 0)} training and {counts.get('items_val', 0)} validation items, "
+                f"{counts.get('items_excluded', 0)} excluded (see data_report.json)") if counts else "data"
+        log.info(f"Model: {type(model).__name__}, {parameters / 1e6:.2f} M trainable parameters; {data}.")
+        log.info(format_loss_table(pl_module.weights))
 
 
 def format_loss_table(weights: dict[str, float]) -> str:

@@ -251,12 +251,9 @@ class VoiceModule(L.LightningModule):
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         losses = self.model(batch).losses
         total = weighted_total(losses, self.weights)
-        if self._any_rank(~torch.isfinite(total)):
-            return StepResult(skipped="nonfinite_loss", detail=describe_losses(losses))
-        norm = self._backward_and_clip(total, optimizer)
-        if norm is not None and not torch.isfinite(norm):
-            optimizer.zero_grad(set_to_none=True)
-            return StepResult(skipped="nonfinite_gradient", detail=f"gradient norm {norm.item()}")
+        norm, skipped = self._checked_backward(total, losses, optimizer)
+        if skipped is not None:
+            return skipped
         optimizer.step()
         scheduler.step()
         return StepResult(losses=losses, total=total, grad_norm=norm)
@@ -267,26 +264,31 @@ class VoiceModule(L.LightningModule):
         output = self.model(batch)
         d_losses = self.model.discriminator_losses(batch, output)
         d_total = weighted_total(d_losses, self.weights)
-        if self._any_rank(~torch.isfinite(d_total)):
-            return StepResult(skipped="nonfinite_loss", detail=f"discriminator: {describe_losses(d_losses)}")
-        norm_d = self._backward_and_clip(d_total, opt_d)
-        if norm_d is not None and not torch.isfinite(norm_d):
-            opt_d.zero_grad(set_to_none=True)
-            return StepResult(skipped="nonfinite_gradient", detail=f"discriminator gradient norm {norm_d.item()}")
+        _, skipped = self._checked_backward(d_total, d_losses, opt_d, "discriminator: ")
+        if skipped is not None:
+            return skipped
         self.trainer.strategy.optimizer_step(opt_d.optimizer, closure=_no_closure)  # not counted as a step
         sched_d.step()
         g_losses = self.model.generator_losses(batch, output)
         g_total = weighted_total(g_losses, self.weights)
-        if self._any_rank(~torch.isfinite(g_total)):
-            return StepResult(skipped="nonfinite_loss", detail=f"generator (after the discriminator update): "
-                                                               f"{describe_losses(g_losses)}")
-        norm_g = self._backward_and_clip(g_total, opt_g)
-        if norm_g is not None and not torch.isfinite(norm_g):
-            opt_g.zero_grad(set_to_none=True)
-            return StepResult(skipped="nonfinite_gradient", detail=f"generator gradient norm {norm_g.item()}")
+        norm_g, skipped = self._checked_backward(g_total, g_losses, opt_g,
+                                                 "generator (after the discriminator update): ")
+        if skipped is not None:
+            return skipped
         opt_g.step()
         sched_g.step()
         return StepResult(losses={**d_losses, **g_losses}, total=d_total.detach() + g_total.detach(), grad_norm=norm_g)
+
+    def _checked_backward(self, total: Tensor, losses: dict[str, Tensor], optimizer,
+                          what: str = "") -> tuple[Optional[Tensor], Optional[StepResult]]:
+        """Backward and clip, or the reason to skip: a non-finite loss (on any rank) or gradient norm."""
+        if self._any_rank(~torch.isfinite(total)):
+            return None, StepResult(skipped="nonfinite_loss", detail=what + describe_losses(losses))
+        norm = self._backward_and_clip(total, optimizer)
+        if norm is not None and not torch.isfinite(norm):
+            optimizer.zero_grad(set_to_none=True)
+            return None, StepResult(skipped="nonfinite_gradient", detail=f"{what}gradient norm {norm.item()}")
+        return norm, None
 
     def _backward_and_clip(self, total: Tensor, optimizer) -> Optional[Tensor]:
         """Backward, then clip and measure the gradient norm (after unscaling, under a grad scaler)."""

@@ -82,6 +82,9 @@ def train(config: VoiceConfig, resume: str = "auto", max_steps: Optional[int] = 
         # step's update: exactly what step-<N>.ckpt should hold (N updates done).
         warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")  # resuming
+        # Lightning's own notes that do not apply: epoch summaries are ours, and a library deprecation.
+        warnings.filterwarnings("ignore", message=r"The number of training batches .* is smaller than the logging")
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
         try:
             if stage == "vocoder":
                 raise NotBuiltYet("--stage vocoder needs a vocoder model, which is not built yet; train with "
@@ -156,7 +159,7 @@ def build_trainer(config: VoiceConfig, hardware: dict[str, Any], max_steps: int,
         **hardware, max_steps=max_steps, max_epochs=max_epochs,
         val_check_interval=config.train.val_every_n_steps, check_val_every_n_epoch=None, num_sanity_val_steps=0,
         log_every_n_steps=logging_cfg.log_every_n_steps, logger=build_loggers(logging_cfg, run_dir) or False,
-        callbacks=callbacks, enable_progress_bar=show_progress_bar, enable_model_summary=True,
+        callbacks=callbacks, enable_progress_bar=show_progress_bar, enable_model_summary=False,
         plugins=[AtomicCheckpointIO()], use_distributed_sampler=False, default_root_dir=str(run_dir),
         profiler=profiler)
 
@@ -292,6 +295,8 @@ def run_logging(run_dir: Path) -> Iterator[None]:
         handlers[-1].setFormatter(logging.Formatter("%(message)s"))
     previous_level = logger.level
     logger.setLevel(logging.INFO)
+    lightning_logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where its notes come from
+    lightning_logger.addFilter(_no_advertisements)
     for handler in handlers:
         handler.addFilter(lambda record: rank_zero_only.rank == 0)
         logger.addHandler(handler)
@@ -302,3 +307,9 @@ def run_logging(run_dir: Path) -> Iterator[None]:
             logger.removeHandler(handler)
             handler.close()
         logger.setLevel(previous_level)
+        lightning_logger.removeFilter(_no_advertisements)
+
+
+def _no_advertisements(record: logging.LogRecord) -> bool:
+    """Lightning suggests installing its cloud services; a training log is no place for that."""
+    return not str(record.msg).startswith("💡")

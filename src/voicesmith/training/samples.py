@@ -58,6 +58,13 @@ class SamplesCallback(Callback):
             self.write(trainer, pl_module, self.folder / f"step_{step}")
         self._on_new_best(trainer, pl_module)  # eval/cer arrives in a training step
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A run always leaves samples of the weights it ends with, whatever its cadence."""
+        step = trainer.global_step
+        if self.samples.every_n_steps and step and step != self.last_step and trainer.is_global_zero:
+            self.last_step = step
+            self.write(trainer, pl_module, self.folder / f"step_{step}")
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._on_new_best(trainer, pl_module)
