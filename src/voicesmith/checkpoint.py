@@ -9,7 +9,6 @@ the config, the symbol table and the speaker map. `torch.load` runs with
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import zipfile
@@ -19,8 +18,10 @@ from typing import Any
 import torch
 
 from voicesmith.errors import UserInputError
+from voicesmith.fileio import atomic_write
 
 FORMAT_VERSION = 1
+CHECKPOINTS, LAST, BEST = "checkpoints", "last.ckpt", "best.ckpt"  # RUN_DIR/checkpoints/{last,best}.ckpt
 MODEL_PREFIX = "model."
 EXPORT_WEIGHTS = "model.safetensors"
 EXPORT_CONFIG = "voice.json"
@@ -33,18 +34,8 @@ class CheckpointError(UserInputError):
 def atomic_save(obj: Any, path: Path) -> None:
     """torch.save to a temporary file, fsync, then rename: a crash never leaves a half-written file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     _remove_orphaned_temporaries(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
 def _remove_orphaned_temporaries(path: Path) -> None:
@@ -55,17 +46,6 @@ def _remove_orphaned_temporaries(path: Path) -> None:
         pid = tmp.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not psutil.pid_exists(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); Windows has no directory handles to sync."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(path: Path, require_voicesmith: bool = True) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class LossWeights(Section):
 
 
 class ModelConfig(Section):
-    type: Literal["acoustic", "vits", "vocoder"] = "acoustic"
+    type: Literal[MODEL_TYPES] = "acoustic"
     hidden_channels: int = Field(192, gt=0)
     encoder_layers: int = Field(6, ge=1)
     encoder_heads: int = Field(2, ge=1)
@@ -189,7 +189,7 @@ class VoiceConfig(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     samples: SamplesConfig = Field(default_factory=SamplesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    preset: Literal["tiny", "small", "medium", "high"] = "small"
+    preset: Literal[PRESETS] = "small"
 
     _path: Optional[Path] = PrivateAttr(default=None)
 
@@ -357,7 +357,8 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     node[parts[-1]] = value
 
 
-_ENV_SECTIONS = ("data", "audio", "text", "model", "train", "hardware", "logging", "samples", "eval")
+_ENV_SECTIONS = tuple(name for name, field in VoiceConfig.model_fields.items()
+                      if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel))
 
 
 def apply_env_overrides(raw: dict[str, Any], env: "os._Environ[str] | dict[str, str]") -> list[str]:

@@ -18,11 +18,10 @@ SPEAKER_VOICES = ("en-us", "en-us+f3", "en-us+m3", "en-us+f2", "en-us+m1", "en-u
 
 _SUBJECTS = ("the old sailor", "my neighbour", "a tired student", "the young doctor", "our teacher",
              "the quiet painter", "a curious child", "the village baker", "her brother", "the night guard")
-_VERBS = ("carried", "found", "painted", "repaired", "noticed", "opened", "described", "borrowed",
-          "collected", "cleaned")
 _BASE_FORMS = {"carried": "carry", "found": "find", "painted": "paint", "repaired": "repair",
                "noticed": "notice", "opened": "open", "described": "describe", "borrowed": "borrow",
                "collected": "collect", "cleaned": "clean"}
+_VERBS = tuple(_BASE_FORMS)
 _OBJECTS = ("a wooden chair", "the broken lamp", "an old letter", "a basket of apples", "the blue door",
             "a map of the coast", "the silver key", "a pile of books", "the garden hose", "a tiny bell")
 _PLACES = ("near the station", "behind the church", "in the attic", "by the river", "at the market",
@@ -62,12 +61,13 @@ def write_demo_corpus(out_dir: Path, n: int = 100, speakers: int = 1) -> Path:
     """Write n utterances; one speaker: LJSpeech layout, several: VCTK layout (txt/<spk>, wav/<spk>)."""
     import soundfile as sf
 
+    from voicesmith.errors import UserInputError
     from voicesmith.text.espeak import speak
 
     if n < 1:
-        raise ValueError("a demo corpus needs at least one utterance (n >= 1)")
+        raise UserInputError(f"A demo corpus needs at least one utterance; --n was {n}.")
     if not 1 <= speakers <= len(SPEAKER_VOICES):
-        raise ValueError(f"speakers must be between 1 and {len(SPEAKER_VOICES)}")
+        raise UserInputError(f"--speakers must be between 1 and {len(SPEAKER_VOICES)}; it was {speakers}.")
     out_dir = Path(out_dir)
     rows = []
     for index, text in enumerate(demo_sentences(n)):

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from voicesmith.audio import MEL_FLOOR, write_wav
-from voicesmith.checkpoint import EXPORT_CONFIG, load_checkpoint, load_exported, model_state
+from voicesmith.checkpoint import BEST, CHECKPOINTS, EXPORT_CONFIG, LAST, load_checkpoint, load_exported, model_state
 from voicesmith.config import VoiceConfig, validate_config
 from voicesmith.errors import NotBuiltYet, UserInputError
 from voicesmith.models import build_model
@@ -31,7 +31,7 @@ from voicesmith.text import SymbolTable, TextFrontend
 logger = logging.getLogger(__name__)
 
 PAUSE_SECONDS = 0.25  # between sentences of a long text
-CHECKPOINT_NAMES = ("best.ckpt", "last.ckpt")
+CHECKPOINT_NAMES = (BEST, LAST)
 
 
 @dataclass
@@ -84,8 +84,8 @@ class Synthesizer:
         if block.get("model_type", config.model.type) != "acoustic":
             raise NotBuiltYet(f"{path} holds a {block.get('model_type')!r} voice; synthesis for it is not built "
                               f"yet, acoustic voices speak today.")
-        state = model_state(ckpt)
-        model = build_model(config.model, len(SymbolTable.from_dict(block["symbols"])), config.audio.n_mels,
+        state, symbols = model_state(ckpt), SymbolTable.from_dict(block["symbols"])
+        model = build_model(config.model, len(symbols), config.audio.n_mels,
                             _n_speakers(state), config.resolve)
         try:
             model.load_state_dict(state)
@@ -93,8 +93,7 @@ class Synthesizer:
             raise UserInputError(f"The weights in {path} do not fit the model its own config describes "
                                  f"({str(exc).splitlines()[0]}). The file was changed or written by another "
                                  f"version; use another checkpoint.") from None
-        return cls(model.to(device).eval(), config, SymbolTable.from_dict(block["symbols"]),
-                   block.get("speakers", {}), griffin_lim_iters)
+        return cls(model.to(device).eval(), config, symbols, block.get("speakers", {}), griffin_lim_iters)
 
     # --- properties -----------------------------------------------------------
 
@@ -127,11 +126,11 @@ class Synthesizer:
         `noise_scale` / `noise_w` exist for command-line compatibility with VITS voices; the acoustic
         model is deterministic and ignores them.
         """
-        result = self.synthesize_detailed(text, speaker, length_scale, noise_scale, noise_w)
+        result = self.synthesize_detailed(text, speaker, length_scale)
         return result.audio, result.sample_rate
 
-    def synthesize_detailed(self, text: str, speaker: Optional[str] = None, length_scale: float = 1.0,
-                            noise_scale: Optional[float] = None, noise_w: Optional[float] = None) -> SynthesisResult:
+    def synthesize_detailed(self, text: str, speaker: Optional[str] = None,
+                            length_scale: float = 1.0) -> SynthesisResult:
         """Like `synthesize`, with the mel, alignment and durations that produced the audio."""
         sentences = self.frontend.split_sentences(text)
         if not sentences:
@@ -237,7 +236,7 @@ def find_model_file(path: Path) -> Path:
     if path.is_file():
         return path
     if path.is_dir():
-        for folder in (path / "checkpoints", path):
+        for folder in (path / CHECKPOINTS, path):
             for name in CHECKPOINT_NAMES:
                 if (folder / name).is_file():
                     return folder / name
@@ -254,7 +253,7 @@ def _run_dir_of(path: Path) -> Path:
     path = path.resolve()
     if path.is_dir():
         return path
-    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    return path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
 
 
 def synth_command(model_path: Path, text: str, out: Path, speaker: Optional[str] = None, length_scale: float = 1.0,

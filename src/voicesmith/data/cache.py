@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
 import sys
@@ -38,10 +37,12 @@ from voicesmith.audio import mel_spectrogram
 from voicesmith.config import AudioConfig, DataConfig, VoiceConfig, load_config
 from voicesmith.data.conditioning import condition_audio, normalize_level
 from voicesmith.data.formats import CorpusItem, Finding, read_corpus
+from voicesmith.data.loader import INT16_SCALE
 from voicesmith.data.parallel import run_parallel
 from voicesmith.data.report import ValidationReport
 from voicesmith.data.validate import default_symbols, settings_key, validate_corpus
 from voicesmith.errors import DataError, UserInputError
+from voicesmith.fileio import atomic_write, atomic_write_json
 from voicesmith.text import SymbolTable
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST, SYMBOLS, SPEAKERS, REPORT, FEATURES = "manifest.json", "symbols.json", "speakers.json", \
     "data_report.json", "features"
-INT16_SCALE = 32767.0
 PARALLEL_MIN_ITEMS = 1000  # ~5 ms of CPU per item vs ~2.5 s to start a worker: processes pay off from here
 
 
@@ -112,7 +112,8 @@ def build_features(builder: FeatureBuilder, job: tuple[str, str]) -> dict:
         audio = normalize_level(conditioned.audio[:n_frames * hop], builder.data.normalize_peak)
         quantised = torch.from_numpy(np.round(np.clip(audio, -1, 1) * INT16_SCALE).astype(np.int16))
         mel = mel_spectrogram(quantised.float() / INT16_SCALE, builder.audio)
-        _atomic_torch_save({"mel": mel.contiguous(), "audio": quantised}, target)
+        features = {"mel": mel.contiguous(), "audio": quantised}
+        atomic_write(target, lambda handle: torch.save(features, handle), durable=False)  # rebuildable
     except (DataError, OSError, ValueError, RuntimeError) as exc:
         return {"error": f"preparing {source} failed ({type(exc).__name__}: {exc}); validate again and check "
                          f"the file."}
@@ -127,18 +128,6 @@ def _crashed(job: tuple[str, str]) -> dict:
     return {"error": f"the process preparing {job[0]} died; run prepare again, and if it repeats look for a "
                      f"damaged audio file."}
 
-
-def _atomic_torch_save(obj: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-# --- the cache -----------------------------------------------------------------------------------
 
 def audio_key(config: VoiceConfig) -> str:
     """Hash of every setting that changes a mel or a cached waveform."""
@@ -256,8 +245,8 @@ def _write_cache(root: Path, config: VoiceConfig, key: str, entries: list[dict],
                 "audio": config.audio.model_dump(mode="json"), "text": config.text.model_dump(mode="json"),
                 "items_total": report.items_total,
                 "items": entries}
-    _atomic_json(manifest, root / MANIFEST)
-    _atomic_json(speakers, root / SPEAKERS)
+    atomic_write_json(root / MANIFEST, manifest)
+    atomic_write_json(root / SPEAKERS, speakers)
     report.save(root / REPORT)
     if config.path is not None:
         report.save(config.run_dir / REPORT)
@@ -275,12 +264,6 @@ def _prune(features: Path, key: str, keep: set[str]) -> None:
         for path in folder.iterdir():
             if path.name not in keep:
                 path.unlink(missing_ok=True)
-
-
-def _atomic_json(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
 
 
 def _read_json(path: Path):

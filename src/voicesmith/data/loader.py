@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import numpy as np
 import torch
@@ -88,13 +88,19 @@ def split_entries(entries: list[dict], val_fraction: float, val_max_items: int,
     """Deterministic train/validation indices, stratified by speaker (each keeps a training item)."""
     n_val = 0 if val_fraction <= 0 or len(entries) < 2 else \
         min(val_max_items, len(entries) - 1, max(1, round(len(entries) * val_fraction)))
-    by_speaker: dict[str, list[int]] = defaultdict(list)
-    for index in sorted(range(len(entries)), key=lambda i: _rank_key(seed, entries[i]["id"])):
-        by_speaker[entries[index]["speaker"]].append(index)
+    by_speaker = _by_speaker(range(len(entries)), entries, seed)
     quotas = _proportional_quotas({name: len(indices) for name, indices in by_speaker.items()}, n_val)
     val = sorted(index for name, indices in by_speaker.items() for index in indices[:min(quotas[name], len(indices) - 1)])
     chosen = set(val)
     return [index for index in range(len(entries)) if index not in chosen], val
+
+
+def _by_speaker(indices: Iterable[int], entries: list[dict], seed: int) -> dict[str, list[int]]:
+    """Indices grouped by speaker, each group in the stable `_rank_key` order."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for index in sorted(indices, key=lambda i: _rank_key(seed, entries[i]["id"])):
+        groups[entries[index]["speaker"]].append(index)
+    return groups
 
 
 def _proportional_quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
@@ -112,9 +118,7 @@ def limit_entries(indices: list[int], entries: list[dict], max_samples: Optional
     """At most max_samples indices, speakers in proportion (for quick runs); deterministic."""
     if max_samples is None or max_samples >= len(indices):
         return indices
-    by_speaker: dict[str, list[int]] = defaultdict(list)
-    for index in sorted(indices, key=lambda i: _rank_key(seed, entries[i]["id"])):
-        by_speaker[entries[index]["speaker"]].append(index)
+    by_speaker = _by_speaker(indices, entries, seed)
     quotas = _proportional_quotas({name: len(group) for name, group in by_speaker.items()}, max_samples)
     return sorted(index for name, group in by_speaker.items() for index in group[:quotas[name]])
 

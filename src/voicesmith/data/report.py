@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from voicesmith.data.formats import CorpusItem, Finding
+from voicesmith.fileio import atomic_write_json
 
 HISTOGRAM_EDGES = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30)  # seconds; a last bin holds everything longer
 TOP_REASONS = 3
@@ -114,12 +113,7 @@ class ValidationReport:
         }
 
     def save(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return atomic_write_json(Path(path), self.to_dict(), indent=1)
 
     def summary(self) -> str:
         """The table printed by `voicesmith validate`: counts per kind, usable hours, durations."""

@@ -26,8 +26,9 @@ CLAUSE_PUNCTUATION = ",.!?;:"
 _PUNCTUATION_ALIASES = str.maketrans({"…": ".", "—": ",", "–": ",", "，": ",", "、": ",", "。": ".",
                                       "！": "!", "？": "?", "；": ";", "：": ":"})
 # Marks phonemizer lifts out before espeak and puts back after; those not clause marks are then dropped.
-_LIFTED_MARKS = CLAUSE_PUNCTUATION + "¡¿\"«»“”„(){}[]"
-_DROPPED_MARKS = str.maketrans("", "", "¡¿\"«»“”„(){}[]")
+_QUOTES_AND_BRACKETS = "¡¿\"«»“”„(){}[]"
+_LIFTED_MARKS = CLAUSE_PUNCTUATION + _QUOTES_AND_BRACKETS
+_DROPPED_MARKS = str.maketrans("", "", _QUOTES_AND_BRACKETS)
 _SPACE_BEFORE_MARK_RE = re.compile(r"\s+([" + re.escape(CLAUSE_PUNCTUATION) + r"])")
 _REPEATED_MARK_RE = re.compile(r"([" + re.escape(CLAUSE_PUNCTUATION) + r"])\1+")
 

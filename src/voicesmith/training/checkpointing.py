@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,22 +18,31 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from voicesmith.checkpoint import CheckpointError, atomic_save, load_checkpoint
+from voicesmith.checkpoint import BEST, LAST, CheckpointError, atomic_save, load_checkpoint
 from voicesmith.config import VoiceConfig
 from voicesmith.errors import RunFailed
 
 log = logging.getLogger(__name__)
 
-LAST, BEST = "last.ckpt", "best.ckpt"
 STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
 SAVE_ON = (KeyboardInterrupt, SIGTERMException, RunFailed)  # stops after which the weights are consistent
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
+    """Atomic saves and safe loads; the checkpoint already read to choose the resume point is handed
+    over once instead of being read (optimizer state and all) a second time."""
+
+    def __init__(self, resume: Optional["ResumePoint"] = None):
+        super().__init__()
+        self._resume = resume
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
         atomic_save(checkpoint, Path(path))
 
     def load_checkpoint(self, path, map_location: Optional[Any] = None, weights_only: Optional[bool] = None) -> dict:
+        resume, self._resume = self._resume, None
+        if resume is not None and Path(path).resolve() == resume.path:
+            return resume.checkpoint
         return load_checkpoint(Path(path))
 
 
@@ -95,6 +104,7 @@ class ResumePoint:
     path: Path
     global_step: int
     epoch: int
+    checkpoint: dict = field(repr=False)
 
     def describe(self, run_dir: Path) -> str:
         shown = self.path.relative_to(run_dir) if self.path.is_relative_to(run_dir) else self.path
@@ -110,10 +120,9 @@ def resume_point(resume: str, folder: Path) -> Optional[ResumePoint]:
         return _point(Path(resume), load_checkpoint(Path(resume)))  # a named file must be good: refused otherwise
     steps = sorted(((int(m.group(1)), path) for path in folder.glob("step-*.ckpt")
                     if (m := STEP_PATTERN.match(path.name))), reverse=True)
-    candidates = ([folder / LAST] if (folder / LAST).is_file() else []) + [path for _, path in steps]
+    candidates = ([(None, folder / LAST)] if (folder / LAST).is_file() else []) + steps
     best: Optional[ResumePoint] = None
-    for path in candidates:
-        named_step = next((n for n, p in steps if p == path), None)
+    for named_step, path in candidates:
         if best is not None and named_step is not None and named_step <= best.global_step:
             break  # step files are sorted newest first: nothing later can be newer
         try:
@@ -127,4 +136,4 @@ def resume_point(resume: str, folder: Path) -> Optional[ResumePoint]:
 
 
 def _point(path: Path, ckpt: dict) -> ResumePoint:
-    return ResumePoint(path.resolve(), int(ckpt.get("global_step", 0)), int(ckpt.get("epoch", 0)))
+    return ResumePoint(path.resolve(), int(ckpt.get("global_step", 0)), int(ckpt.get("epoch", 0)), ckpt)

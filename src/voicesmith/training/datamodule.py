@@ -21,11 +21,9 @@ MEL_STATS_ITEMS = 256  # enough items for stable per-channel statistics, few eno
 
 
 class VoiceDataModule(L.LightningDataModule):
-    def __init__(self, config: VoiceConfig, max_samples: Optional[int] = None, progress: bool = False,
-                 multiprocessing_context: Optional[str] = None):
+    def __init__(self, config: VoiceConfig, max_samples: Optional[int] = None, progress: bool = False):
         super().__init__()
         self.config, self.max_samples, self.progress = config, max_samples, progress
-        self.multiprocessing_context = multiprocessing_context
         self.prepare_data_per_node = False  # one cache on a shared disk, written by global rank 0
         self.report: Optional[ValidationReport] = None
         self.cache: Optional[FeatureCache] = None
@@ -34,7 +32,8 @@ class VoiceDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Validation report (also RUN_DIR/data_report.json) and features; DataError when nothing is usable."""
-        self.report = prepare(self.config, progress=self.progress).report
+        self.cache = prepare(self.config, progress=self.progress)  # other ranks load it in setup
+        self.report = self.cache.report
 
     def setup(self, stage: str) -> None:
         if self.cache is None:
@@ -42,7 +41,7 @@ class VoiceDataModule(L.LightningDataModule):
         world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
         if self.train_loader is None:
             self.train_loader, self.val_loader = build_dataloaders(
-                self.config, self.cache, self.max_samples, world_size, rank, self.multiprocessing_context)
+                self.config, self.cache, self.max_samples, world_size, rank)
 
     @property
     def symbols(self):

@@ -53,6 +53,7 @@ class EvalCallback(Callback):
         self.config = config
         self.every_n_steps, self.limit = config.eval.every_n_steps, config.eval.limit
         self.items: Optional[list[CorpusItem]] = None
+        self.synthesizer: Optional[Synthesizer] = None
         self.references: dict[str, Reference] = {}
         self.latest: dict[str, float] = {}
         self.last_step = -1
@@ -85,8 +86,10 @@ class EvalCallback(Callback):
         try:
             if self.items is None:
                 self.items = validation_items(self.config, pl_module.symbols)[:self.limit]
-            synth = Synthesizer.from_model(pl_module.model, self.config, pl_module.symbols, pl_module.speakers)
-            result = evaluate(synth, self.items, self.limit, self.references)
+            if self.synthesizer is None or self.synthesizer.model is not pl_module.model:
+                self.synthesizer = Synthesizer.from_model(pl_module.model, self.config, pl_module.symbols,
+                                                          pl_module.speakers)  # live weights; front end built once
+            result = evaluate(self.synthesizer, self.items, self.limit, self.references)
         except Exception as exc:  # noqa: BLE001 - an evaluation is never worth a lost run; counted and logged
             self.failed += 1
             log.warning("Evaluation failed and was skipped (%s: %s).", type(exc).__name__, exc)

@@ -51,7 +51,6 @@ class SkipGuard:
         self.recovered: Counter[str] = Counter()
         self.example_ids: dict[str, list[str]] = {}
         self.consecutive = 0
-        self.batches_seen = 0
 
     @classmethod
     def from_config(cls, train_cfg, log_path: Optional[Path] = None) -> "SkipGuard":
@@ -70,14 +69,12 @@ class SkipGuard:
     def ok(self) -> None:
         self.window.append(False)
         self.consecutive = 0
-        self.batches_seen += 1
 
     def skip(self, reason: str, ids: list[str], step: int, detail: str) -> None:
         """Count, log and bound one skipped batch; raises RunFailed when the bound is crossed."""
         record = SkippedBatch(step, reason, list(ids), detail)
         self.window.append(True)
         self.consecutive += 1
-        self.batches_seen += 1
         self.skipped[reason] += 1
         self._remember(reason, ids)
         self._write(record, "skipped")
@@ -123,13 +120,12 @@ class SkipGuard:
     def state_dict(self) -> dict[str, Any]:
         """Counts survive a resume (the window restarts: it measures the recent past)."""
         return {"skipped": dict(self.skipped), "recovered": dict(self.recovered),
-                "example_ids": {k: list(v) for k, v in self.example_ids.items()}, "batches_seen": self.batches_seen}
+                "example_ids": {k: list(v) for k, v in self.example_ids.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skipped = Counter(state.get("skipped", {}))
         self.recovered = Counter(state.get("recovered", {}))
         self.example_ids = {k: list(v) for k, v in state.get("example_ids", {}).items()}
-        self.batches_seen = int(state.get("batches_seen", 0))
 
     def _remember(self, reason: str, ids: list[str]) -> None:
         examples = self.example_ids.setdefault(reason, [])

@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from voicesmith.checkpoint import FORMAT_VERSION
 from voicesmith.config import VoiceConfig
 from voicesmith.errors import ConfigError, RunFailed
 from voicesmith.training.guard import LossWatch, SkipGuard
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = 1
 TRAIN_STATE_KEY = "voicesmith_train"  # engine state in a checkpoint: RNG streams and skip counts
 
 
@@ -107,7 +107,7 @@ def free_accelerator_memory() -> None:
 def voicesmith_block(config: VoiceConfig, symbols: "SymbolTable", speakers: dict[str, int],
                      global_step: int) -> dict[str, Any]:
     """What a checkpoint needs to become a voice without the training code (see voicesmith.checkpoint)."""
-    return {"format": CHECKPOINT_FORMAT, "model_type": config.model.type, "config": config.to_dict(),
+    return {"format": FORMAT_VERSION, "model_type": config.model.type, "config": config.to_dict(),
             "symbols": symbols.to_dict(), "speakers": dict(speakers), "global_step": int(global_step)}
 
 
@@ -120,13 +120,13 @@ class VoiceModule(L.LightningModule):
     """
 
     def __init__(self, config: VoiceConfig, model: Optional[nn.Module] = None,
-                 symbols: Optional["SymbolTable"] = None, speakers: Optional[dict[str, int]] = None,
                  guard: Optional[SkipGuard] = None, fresh_start: bool = True):
         super().__init__()
         self.automatic_optimization = False
         self.config = config
         self.model = model
-        self.symbols, self.speakers = symbols, dict(speakers or {})
+        self.symbols: Optional["SymbolTable"] = None  # from the datamodule, in configure_model
+        self.speakers: dict[str, int] = {}
         self.guard = guard or SkipGuard.from_config(config.train)
         self.loss_watch = LossWatch()
         self.fresh_start = fresh_start

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -25,11 +24,13 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch import nn
 
+from voicesmith.checkpoint import BEST, CHECKPOINTS, LAST
 from voicesmith.config import VoiceConfig, load_config, preset_dict
 from voicesmith.errors import NotBuiltYet, RunFailed
+from voicesmith.fileio import atomic_write_json
 from voicesmith.training.callbacks import CompactProgressBar, LossTable, TimeBudget, TrainingLog
-from voicesmith.training.checkpointing import (BEST, LAST, AtomicCheckpointIO, ResumePoint, best_metric,
-                                               checkpoint_callbacks, resume_point)
+from voicesmith.training.checkpointing import (AtomicCheckpointIO, ResumePoint, best_metric, checkpoint_callbacks,
+                                               resume_point)
 from voicesmith.training.datamodule import VoiceDataModule
 from voicesmith.training.guard import SkipGuard
 from voicesmith.training.hardware import apply_env_switches, trainer_hardware
@@ -41,7 +42,6 @@ from voicesmith.training.samples import SamplesCallback
 log = logging.getLogger("voicesmith")
 
 SUMMARY = "summary.json"
-CHECKPOINTS = "checkpoints"
 PROGRESS_LINE_STEPS = 10  # a progress line every log_every_n_steps * this many steps
 
 
@@ -99,7 +99,7 @@ def train(config: VoiceConfig, resume: str = "auto", max_steps: Optional[int] = 
             run.module = VoiceModule(config, model=model, guard=guard, fresh_start=run.point is None)
             run.max_steps, run.max_epochs = resolve_limits(config, max_steps, max_epochs)
             run.trainer = build_trainer(config, hardware, run.max_steps, run.max_epochs,
-                                        with_evaluation(config, callbacks))
+                                        with_evaluation(config, callbacks), run.point)
             run.trainer.fit(run.module, datamodule=run.datamodule,
                             ckpt_path=str(run.point.path) if run.point else None)
             run.finish("completed", run.completion_reason())
@@ -137,7 +137,7 @@ def with_evaluation(config: VoiceConfig, callbacks: Sequence[Callback]) -> list[
 
 
 def build_trainer(config: VoiceConfig, hardware: dict[str, Any], max_steps: int, max_epochs: int,
-                  extra_callbacks: list[Callback]) -> L.Trainer:
+                  extra_callbacks: list[Callback], resume: Optional[ResumePoint] = None) -> L.Trainer:
     run_dir, logging_cfg = config.run_dir, config.logging
     callbacks: list[Callback] = [LossTable(), TrainingLog(logging_cfg.log_every_n_steps * PROGRESS_LINE_STEPS)]
     callbacks += extra_callbacks  # before samples: an evaluation's eval/cer is then seen in the same step
@@ -160,7 +160,7 @@ def build_trainer(config: VoiceConfig, hardware: dict[str, Any], max_steps: int,
         val_check_interval=config.train.val_every_n_steps, check_val_every_n_epoch=None, num_sanity_val_steps=0,
         log_every_n_steps=logging_cfg.log_every_n_steps, logger=build_loggers(logging_cfg, run_dir) or False,
         callbacks=callbacks, enable_progress_bar=show_progress_bar, enable_model_summary=False,
-        plugins=[AtomicCheckpointIO()], use_distributed_sampler=False, default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO(resume)], use_distributed_sampler=False, default_root_dir=str(run_dir),
         profiler=profiler)
 
 
@@ -202,7 +202,7 @@ class RunState:
     def write_summary(self) -> None:
         self.summary = {**self.summary, **self._details()}
         if rank_zero_only.rank == 0:
-            write_json_atomic(self.config.run_dir / SUMMARY, self.summary)
+            atomic_write_json(self.config.run_dir / SUMMARY, self.summary, indent=2)
 
     def _details(self) -> dict[str, Any]:
         run_dir, trainer, module = self.config.run_dir, self.trainer, self.module
@@ -261,13 +261,6 @@ def _relative(path: Path, run_dir: Path) -> Optional[str]:
         return None
     path = path.resolve()
     return path.relative_to(run_dir.resolve()).as_posix() if path.is_relative_to(run_dir.resolve()) else str(path)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @contextmanager
