@@ -63,7 +63,7 @@ def test_only_what_changed_is_rebuilt(run):
 
     metadata = run.parent / "corpus" / "metadata.csv"
     lines = metadata.read_text(encoding="utf-8").splitlines()
-    lines[0] = "demo-0001|Something else entirely.|Something else entirely."
+    lines[0] = "demo-0001|The quick brown cat jumps over the lazy dog.|The quick brown cat jumps over the lazy dog."
     metadata.write_text("\n".join(lines) + "\n", encoding="utf-8")
     audio, rate = sf.read(run.parent / "corpus" / "wavs" / "demo-0002.wav", dtype="float32")
     sf.write(run.parent / "corpus" / "wavs" / "demo-0002.wav", audio * 0.5, rate)
@@ -71,7 +71,7 @@ def test_only_what_changed_is_rebuilt(run):
     assert second.stats == {"built": 1, "reused": 11, "failed": 0}  # the new text needs no new features
     changed = {entry["id"] for entry in second.entries if entry["file"] != files[entry["id"]]}
     assert changed == {"demo-0002"}
-    assert second.entries[0]["text"] == "Something else entirely." and second.entries[0]["ids"] != first.entries[0]["ids"]
+    assert second.entries[0]["text"] == "The quick brown cat jumps over the lazy dog." and second.entries[0]["ids"] != first.entries[0]["ids"]
 
     hop = load_config(run / "config.yaml", ["audio.hop_length=128"])
     third = prepare(hop, progress=False)

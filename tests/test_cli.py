@@ -39,11 +39,10 @@ def test_every_design_command_exists_with_an_example(capsys):
         assert "example:" in out and f"voicesmith {command}" in out, command
 
 
-@pytest.mark.parametrize("args", [["export", "x.ckpt", "-o", "v.onnx"], ["import-voice", "src", "run"]])
-def test_unbuilt_commands_say_so_and_exit_1(args, capsys):
-    assert main(args) == 1
+def test_import_voice_of_a_missing_source_exits_2(tmp_path: Path, capsys):
+    assert main(["import-voice", str(tmp_path / "voice.onnx"), str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "not built yet" in err and "Traceback" not in err
+    assert "voice.onnx does not exist" in err and "Traceback" not in err
 
 
 def test_bad_input_exits_2_with_one_paragraph(tmp_path: Path):

@@ -24,9 +24,11 @@ from voicesmith.text import SymbolTable
 from voicesmith.training import train
 from voicesmith.training.eval_callback import CER_METRIC, EvalCallback, eval_callbacks
 
-EVAL_KEYS = {"cer", "wer", "reference_cer", "reference_wer", "mcd", "duration_ratio", "rtf", "n_items", "items"}
+DNSMOS_KEYS = {f"{side}dnsmos_{name}" for side in ("", "reference_") for name in ("ovrl", "sig", "bak", "p808")}
+EVAL_KEYS = {"cer", "wer", "reference_cer", "reference_wer", "mcd", "duration_ratio", "rtf", "n_items", "items",
+             *DNSMOS_KEYS}
 ITEM_KEYS = {"id", "text", "transcript", "reference_transcript", "cer", "wer", "reference_cer", "reference_wer",
-             "mcd", "duration_ratio", "rtf"}
+             "mcd", "duration_ratio", "rtf", *DNSMOS_KEYS}
 TIMINGS = {"rtf", "synthesis_seconds"}  # wall-clock: the only numbers two evaluations may disagree on
 
 
@@ -119,7 +121,9 @@ def test_eval_callback_logs_the_scores_and_cer_can_choose_the_best_checkpoint(tr
     run_dir, callbacks, by_cer, summary = trained_run
     assert len(callbacks) == 1 and isinstance(callbacks[0], EvalCallback)
     latest = callbacks[0].latest
-    assert set(latest) == {"cer", "wer", "mcd", "duration_ratio", "rtf"} and callbacks[0].latest_cer == latest["cer"]
+    assert set(latest) == {"cer", "wer", "mcd", "duration_ratio", "rtf", "dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak",
+                           "dnsmos_p808", "dnsmos_shortfall", "cer_dnsmos"}
+    assert callbacks[0].latest_cer == latest["cer"]
     with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
         logged = [row for row in csv.DictReader(handle) if row.get("eval/cer")]
     assert [int(row["step"]) for row in logged] == [2]
@@ -140,6 +144,7 @@ def test_eval_on_the_run_and_on_its_checkpoint_give_the_same_numbers(trained_run
     assert all(ITEM_KEYS <= set(item) for item in by_run["items"])
     for key in ("cer", "wer", "reference_cer", "reference_wer", "mcd", "duration_ratio", "rtf"):
         assert isinstance(by_run[key], float) and by_run[key] >= 0, key
+    assert all(isinstance(by_run[key], float) and 1 <= by_run[key] <= 5 for key in DNSMOS_KEYS)
     assert by_run["reference_cer"] < 0.5  # the recogniser understands the recordings of these texts
     assert all(item["id"] in table for item in by_run["items"]) and "MCD" in table
 

@@ -14,7 +14,7 @@ from acoustic_helpers import tiny_config
 from voicesmith.audio import MEL_FLOOR, check_wav
 from voicesmith.checkpoint import atomic_save, export_weights
 from voicesmith.cli import main as cli_main
-from voicesmith.errors import NotBuiltYet, UserInputError
+from voicesmith.errors import UserInputError
 from voicesmith.inference import Synthesizer, synth_command
 from voicesmith.models import build_model
 from voicesmith.text import SymbolTable, TextFrontend
@@ -117,14 +117,16 @@ def test_single_speaker_voice_refuses_a_speaker_name(single_voice):
         Synthesizer.load(single_voice).synthesize(TEXT, speaker="alice")
 
 
-def test_live_model_keeps_its_mode_and_noise_arguments_change_nothing(single_voice):
+def test_live_model_keeps_its_mode_and_the_acoustic_voice_refuses_noise_arguments(single_voice):
     loaded = Synthesizer.load(single_voice)
     model = loaded.model.train()
     live = Synthesizer.from_model(model, loaded.config, loaded.symbols, {"": 0})
     audio, _ = live.synthesize(TEXT)
     assert model.training
-    noisy, _ = live.synthesize(TEXT, noise_scale=0.9, noise_w=0.1)
-    np.testing.assert_array_equal(audio, noisy)  # eval mode: deterministic, dropout off
+    again, _ = live.synthesize(TEXT)
+    np.testing.assert_array_equal(audio, again)  # eval mode while speaking: deterministic, dropout off
+    with pytest.raises(UserInputError, match="noise scale and noise w"):
+        live.synthesize(TEXT, noise_scale=0.9, noise_w=0.1)  # VITS's settings: refused, never silently ignored
 
 
 def test_speaker_encoder_path_resolves_against_the_run_dir(tmp_path):
@@ -165,7 +167,7 @@ def test_cli_synth_reads_stdin_and_maps_errors_to_exit_codes(multi_voice, tmp_pa
 
 
 def test_model_paths_that_cannot_speak(tmp_path):
-    with pytest.raises(NotBuiltYet, match="ONNX"):
+    with pytest.raises(UserInputError, match="ONNX voice .*voice.onnx does not exist"):
         Synthesizer.load(tmp_path / "voice.onnx")
     with pytest.raises(UserInputError, match="does not exist"):
         Synthesizer.load(tmp_path / "missing.ckpt")

@@ -31,7 +31,10 @@ from voicesmith.text.normalize import number_to_words, ordinal_to_words
     ("12,345 people and 7 cats", "twelve thousand three hundred forty-five people and seven cats"),
     ("the 1990s and the 80s", "the nineteen nineties and the eighties"),
     ("apples, pears, etc. Then we left.", "apples, pears, et cetera. Then we left."),
-    ("He lives on Main St.", "He lives on Main Saint."),
+    ("He lives on Main St.", "He lives on Main Street."),
+    ("St. Louis is far from 5 Elm St. in Dover.", "Saint Louis is far from five Elm Street in Dover."),
+    ("Walk down Main St. Then turn on St. John's Rd.", "Walk down Main Street. Then turn on Saint John's Rd."),
+    ("In St. Paul the st. was wet.", "In Saint Paul the street was wet."),
     ("cats, e.g. lions & tigers", "cats, for example lions and tigers"),
     ("  lots \t of\n\nspace  ", "lots of space"),
 ])

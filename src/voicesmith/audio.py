@@ -9,7 +9,6 @@ gives exactly N // hop frames: audio and mel frames never drift apart.
 from __future__ import annotations
 
 import math
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +20,8 @@ import torch.nn.functional as F
 
 from voicesmith.config import AudioConfig
 from voicesmith.errors import DataError
+from voicesmith.fileio import atomic_write
+from voicesmith.melscale import slaney_filterbank
 
 MEL_FLOOR = math.log(1e-5)
 """The log-mel value of silence: the pad value of mel batches."""
@@ -56,13 +57,8 @@ def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> None:
         raise ValueError(f"write_wav takes mono audio [samples]; got shape {audio.shape} for {path}")
     if not np.isfinite(audio).all():
         raise ValueError(f"refusing to write {path}: the audio holds NaN or infinite samples")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        sf.write(str(tmp_path), np.clip(audio, -1.0, 1.0), int(sample_rate), subtype="PCM_16", format="WAV")
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
+    atomic_write(path, lambda handle: sf.write(handle, np.clip(audio, -1.0, 1.0), int(sample_rate),
+                                               subtype="PCM_16", format="WAV"), durable=False)
 
 
 def check_wav(path: Path, sample_rate: int) -> list[str]:
@@ -155,33 +151,6 @@ def clipped_fraction(audio: np.ndarray, level: float = _CLIP_LEVEL) -> float:
 # ---------------------------------------------------------------- mel
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
-    """Slaney's mel scale (librosa's default, htk=False): linear below 1 kHz, logarithmic above."""
-    hz = np.asarray(hz, dtype=np.float64)
-    linear = hz / (200.0 / 3)
-    log_part = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / (math.log(6.4) / 27.0)
-    return np.where(hz >= 1000.0, log_part, linear)
-
-
-def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
-    mel = np.asarray(mel, dtype=np.float64)
-    linear = mel * (200.0 / 3)
-    log_part = 1000.0 * np.exp((math.log(6.4) / 27.0) * (mel - 15.0))
-    return np.where(mel >= 15.0, log_part, linear)
-
-
-def _slaney_filterbank(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_max: float) -> np.ndarray:
-    """Triangular filters evenly spaced in mel, each scaled to unit area in Hz (slaney normalisation)."""
-    fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
-    edges_hz = _mel_to_hz(np.linspace(_hz_to_mel(f_min), _hz_to_mel(f_max), n_mels + 2))
-    widths = np.diff(edges_hz)
-    distance = edges_hz[:, None] - fft_hz[None, :]
-    rising = -distance[:-2] / widths[:-1, None]
-    falling = distance[2:] / widths[1:, None]
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    return weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
-
-
 def _f_max(cfg: AudioConfig) -> float:
     return float(cfg.f_max) if cfg.f_max is not None else cfg.sample_rate / 2
 
@@ -189,7 +158,7 @@ def _f_max(cfg: AudioConfig) -> float:
 @lru_cache(maxsize=32)
 def _cached_filterbank(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_max: float,
                        device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    weights = _slaney_filterbank(sample_rate, n_fft, n_mels, f_min, f_max)
+    weights = slaney_filterbank(sample_rate, n_fft, n_mels, f_min, f_max)
     return torch.from_numpy(weights).to(device=device, dtype=dtype)
 
 

@@ -13,12 +13,16 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from voicesmith.errors import UserInputError
-from voicesmith.fileio import atomic_write
+from voicesmith.fileio import atomic_write, atomic_write_json, temporary_writer
+
+if TYPE_CHECKING:
+    from voicesmith.config import VoiceConfig
+    from voicesmith.text import SymbolTable
 
 FORMAT_VERSION = 1
 CHECKPOINTS, LAST, BEST = "checkpoints", "last.ckpt", "best.ckpt"  # RUN_DIR/checkpoints/{last,best}.ckpt
@@ -32,10 +36,13 @@ class CheckpointError(UserInputError):
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file, fsync, then rename: a crash never leaves a half-written file."""
+    """torch.save to a temporary file, fsync, then rename: a crash never leaves a half-written file.
+    A full disk raises DiskFull naming what to delete; the previous file stays as it was."""
     path = Path(path)
     _remove_orphaned_temporaries(path)
-    atomic_write(path, lambda handle: torch.save(obj, handle))
+    to_free = (f"older checkpoints in {path.parent} (step-<N>.ckpt; lower train.keep_last_k), previous-* folders "
+               f"of runs restarted with --resume never, or other runs you no longer need")
+    atomic_write(path, lambda handle: torch.save(obj, handle), to_free=to_free)
 
 
 def _remove_orphaned_temporaries(path: Path) -> None:
@@ -43,8 +50,8 @@ def _remove_orphaned_temporaries(path: Path) -> None:
     import psutil
 
     for tmp in path.parent.glob(f".{path.name}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        pid = temporary_writer(tmp)
+        if pid is not None and not psutil.pid_exists(pid):
             tmp.unlink(missing_ok=True)
 
 
@@ -79,6 +86,13 @@ def load_checkpoint(path: Path, require_voicesmith: bool = True) -> dict[str, An
     return ckpt
 
 
+def voicesmith_block(config: "VoiceConfig", symbols: "SymbolTable", speakers: dict[str, int],
+                     global_step: int) -> dict[str, Any]:
+    """What a checkpoint needs to become a voice without the training code (see the module docstring)."""
+    return {"format": FORMAT_VERSION, "model_type": config.model.type, "config": config.to_dict(),
+            "symbols": symbols.to_dict(), "speakers": dict(speakers), "global_step": int(global_step)}
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
@@ -105,7 +119,7 @@ def export_weights(ckpt: dict[str, Any], out_dir: Path) -> Path:
     weights = {name: tensor.contiguous() for name, tensor in model_state(ckpt).items()}
     save_file(weights, str(out_dir / EXPORT_WEIGHTS))
     meta = dict(ckpt["voicesmith"])
-    (out_dir / EXPORT_CONFIG).write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    atomic_write_json(out_dir / EXPORT_CONFIG, meta, indent=2)
     return out_dir
 
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"voicesmith {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_doctor, _add_demo_corpus, _add_validate, _add_init, _add_prepare, _add_train,
-                _add_synth, _add_export, _add_export_weights, _add_eval, _add_import_voice, _add_demo):
+                _add_synth, _add_export, _add_export_weights, _add_eval, _add_import_voice, _add_report, _add_demo):
         add(commands)
     return parser
 
@@ -117,12 +117,25 @@ def _add_validate(commands) -> None:
     sub.add_argument("--report", type=Path, metavar="FILE.json", help="write the report as JSON")
     sub.add_argument("--format", default="auto", choices=["auto", "ljspeech", "vctk", "filelist"])
     sub.add_argument("--config", type=Path, help="take limits (durations, audio settings) from this config")
+    sub.add_argument("--asr", action="store_true",
+                     help="also transcribe each item with the offline recogniser (English) and flag transcripts "
+                          "it does not hear (warned; data.asr_check: exclude excludes them)")
+    sub.add_argument("--with-model", type=Path, metavar="RUN_DIR",
+                     help="rank the items by a trained run's per-item loss and alignment, worst first")
 
 
 def _run_validate(args) -> int:
     from voicesmith.data.validate import validate_command
 
-    return validate_command(args.dataset, args.report, args.format, config_path=args.config)
+    checks = []
+    if args.with_model is not None:
+        from voicesmith.inference import find_model_file
+        from voicesmith.model_check import CHECK, model_check
+
+        find_model_file(args.with_model)  # a wrong RUN_DIR is refused before the corpus is checked
+        checks.append((CHECK, lambda report: model_check(report, args.with_model, progress=sys.stderr.isatty())))
+    return validate_command(args.dataset, args.report, args.format, config_path=args.config, asr=args.asr,
+                            extra_checks=checks)
 
 
 def _add_init(commands) -> None:
@@ -131,16 +144,22 @@ def _add_init(commands) -> None:
     sub.add_argument("dataset", type=Path, metavar="DATASET")
     sub.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     sub.add_argument("--model", default="acoustic", choices=["acoustic", "vits", "vocoder"])
-    sub.add_argument("--preset", default="small", choices=["tiny", "small", "medium", "high"],
-                     help="tiny trains on 2 CPU cores in minutes; high wants a GPU")
+    sub.add_argument("--preset", default=None,
+                     help="acoustic: tiny|small|medium|high; vits (Piper's quality levels): tiny|x-low|low|medium|high; "
+                          "vocoder: tiny|hifigan-v1|hifigan-v2|hifigan-v3|vocos. tiny trains on 2 CPU cores in "
+                          "minutes; high wants a GPU")
     sub.add_argument("--force", action="store_true", help="overwrite an existing config.yaml")
     _add_overrides(sub)
 
 
 def _run_init(args) -> int:
-    from voicesmith.config import init_run
+    from voicesmith.config import init_run, preset_choice
 
-    path = init_run(args.dataset, args.run_dir, args.model, args.preset, _switch_overrides(args), args.force)
+    preset = args.preset
+    if preset is None:
+        preset, why = preset_choice(args.model)
+        print(f"Preset {preset}: {why}.")
+    path = init_run(args.dataset, args.run_dir, args.model, preset, _switch_overrides(args), args.force)
     print(f"Wrote {path}\nNext: voicesmith train {path}")
     return 0
 
@@ -168,7 +187,10 @@ def _add_train(commands) -> None:
     sub.add_argument("--max-steps", type=int, help="stop at this optimizer step, counted from the start of the run")
     sub.add_argument("--max-epochs", type=int, help="stop after this many epochs, counted from the start")
     sub.add_argument("--max-samples", type=int, help="train on at most this many items (quick runs)")
-    sub.add_argument("--stage", default="both", choices=["acoustic", "vocoder", "both"])
+    sub.add_argument("--stage", default=None, choices=["acoustic", "vocoder", "both"],
+                     help="for an acoustic run: both = acoustic model, then a vocoder fine-tuned on its mels "
+                          "(RUN_DIR/vocoder/); vocoder = that second stage alone. Default: the config's own model, "
+                          "and both when train.stage2.max_steps is set")
     _add_overrides(sub)
 
 
@@ -186,34 +208,47 @@ def _add_synth(commands) -> None:
     sub.add_argument("text", metavar="TEXT", help='text to speak; "-" reads standard input')
     sub.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.wav")
     sub.add_argument("--speaker", help="speaker name, for multi-speaker voices")
-    sub.add_argument("--length-scale", type=float, default=1.0, help="above 1 speaks slower")
+    sub.add_argument("--length-scale", type=float, help="above 1 speaks slower (default: the voice's own, 1)")
     sub.add_argument("--noise-scale", type=float, help="sampling noise (VITS voices)")
     sub.add_argument("--noise-w", type=float, help="duration noise (VITS voices)")
+    sub.add_argument("--vocoder", metavar="griffin-lim|PATH",
+                     help="acoustic voices: the run's own vocoder when it has one (default), griffin-lim, or a "
+                          "vocoder checkpoint/run with the same audio settings")
 
 
 def _run_synth(args) -> int:
     from voicesmith.errors import UserInputError
-    from voicesmith.inference import synth_command
+    from voicesmith.onnx_voice import is_onnx_voice
 
+    if is_onnx_voice(args.model):  # onnxruntime only: torch is never imported
+        from voicesmith.onnx_voice import synth_command
+    else:
+        from voicesmith.inference import synth_command
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
         raise UserInputError("No text to speak: TEXT is empty" + (" (standard input was empty)." if args.text == "-" else "."))
-    return synth_command(args.model, text, args.output, speaker=args.speaker, length_scale=args.length_scale,
-                         noise_scale=args.noise_scale, noise_w=args.noise_w)
+    if args.vocoder is not None and is_onnx_voice(args.model):
+        raise UserInputError(f"--vocoder applies to acoustic voices; {args.model} is an ONNX voice that makes its "
+                             f"own audio. Leave out --vocoder.")
+    vocoder = {} if args.vocoder is None else {"vocoder": args.vocoder}
+    return synth_command(args.model, text, args.output, speaker=args.speaker, noise_scale=args.noise_scale,
+                         length_scale=args.length_scale, noise_w=args.noise_w, **vocoder)
 
 
 def _add_export(commands) -> None:
-    sub = _command(commands, "export", "export a checkpoint as an ONNX voice (also writes VOICE.onnx.json)",
-                   "voicesmith export runs/my_voice/checkpoints/best.ckpt -o my_voice.onnx", _run_export)
-    sub.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
+    sub = _command(commands, "export", "export a voice in Piper's format: VOICE.onnx + VOICE.onnx.json (a VITS "
+                   "voice, or an acoustic voice together with its trained vocoder)",
+                   "voicesmith export runs/my_voice -o my_voice.onnx", _run_export)
+    sub.add_argument("checkpoint", type=Path, metavar="CHECKPOINT|RUN_DIR")
     sub.add_argument("-o", "--output", type=Path, required=True, metavar="VOICE.onnx")
+    sub.add_argument("--vocoder", metavar="PATH", help="acoustic voices: the vocoder checkpoint or run to export "
+                                                        "with it (default: the run's own, RUN_DIR/vocoder/)")
 
 
 def _run_export(args) -> int:
-    from voicesmith.errors import NotBuiltYet
+    from voicesmith.export import export_command
 
-    raise NotBuiltYet("ONNX export is not built yet. To share weights now, use "
-                      "`voicesmith export-weights CHECKPOINT OUT_DIR` (safetensors + JSON).")
+    return export_command(args.checkpoint, args.output, args.vocoder)
 
 
 def _add_export_weights(commands) -> None:
@@ -235,9 +270,9 @@ def _run_export_weights(args) -> int:
 def _add_eval(commands) -> None:
     sub = _command(commands, "eval", "score a voice: intelligibility (CER/WER), distortion (MCD), speed (RTF)",
                    "voicesmith eval runs/my_voice --limit 20 --json eval.json", _run_eval)
-    sub.add_argument("model", type=Path, metavar="MODEL", help="checkpoint or run dir")
+    sub.add_argument("model", type=Path, metavar="MODEL", help="checkpoint, run dir or .onnx voice")
     sub.add_argument("dataset", type=Path, nargs="?", metavar="DATASET",
-                     help="items to score (default: the run's validation split)")
+                     help="items to score (default: the run's validation split; required for .onnx voices)")
     sub.add_argument("--limit", type=int, help="score at most N items")
     sub.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
 
@@ -249,17 +284,35 @@ def _run_eval(args) -> int:
 
 
 def _add_import_voice(commands) -> None:
-    sub = _command(commands, "import-voice", "turn a published VITS voice (transformers folder, Piper .ckpt) "
-                   "into a voicesmith run", "voicesmith import-voice piper_voice.ckpt runs/imported",
-                   _run_import_voice)
+    sub = _command(commands, "import-voice", "turn a published VITS voice (Piper .ckpt or .onnx with its .onnx.json, "
+                   "transformers VitsModel folder) into a voicesmith run to fine-tune",
+                   "voicesmith import-voice en_US-joe-medium.onnx runs/joe_ft --dataset my_corpus", _run_import_voice)
     sub.add_argument("source", type=Path, metavar="SOURCE")
     sub.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    sub.add_argument("--dataset", type=Path, default=None, metavar="DATASET",
+                     help="the corpus to fine-tune on (written to config.yaml; its new symbols join the table)")
 
 
 def _run_import_voice(args) -> int:
-    from voicesmith.errors import NotBuiltYet
+    from voicesmith.importers import import_voice
 
-    raise NotBuiltYet("import-voice is not built yet: it needs the VITS model, which comes in a later release.")
+    result = import_voice(args.source, args.run_dir, args.dataset)
+    print(result.report.describe())
+    print(f"Wrote {result.config_path}, {result.checkpoint} and the report {args.run_dir / 'import_report.json'}\n"
+          f"Next: {result.next_command}")
+    return 0
+
+
+def _add_report(commands) -> None:
+    sub = _command(commands, "report", "write RUN_DIR/report.html: curves, samples to listen to, data, config",
+                   "voicesmith report runs/my_voice", _run_report)
+    sub.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+
+def _run_report(args) -> int:
+    from voicesmith.report import report_command
+
+    return report_command(args.run_dir)
 
 
 def _add_demo(commands) -> None:

@@ -8,6 +8,7 @@ and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -17,8 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from voicesmith.errors import ConfigError
 
-PRESETS = ("tiny", "small", "medium", "high")
 MODEL_TYPES = ("acoustic", "vits", "vocoder")
+# The presets of each model type; VITS's are named like Piper's quality levels.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "acoustic": ("tiny", "small", "medium", "high"),
+    "vits": ("tiny", "x-low", "low", "medium", "high"),
+    "vocoder": ("tiny", "hifigan-v1", "hifigan-v2", "hifigan-v3", "vocos"),
+}
+ALL_PRESETS = tuple(dict.fromkeys(name for names in PRESETS.values() for name in names))
 ENV_PREFIX = "VOICESMITH_"
 
 
@@ -41,6 +48,13 @@ class DataConfig(Section):
     low_level_dbfs: float = Field(-30.0, lt=0, description="a clip whose peak is below this level is reported as very quiet")
     clipping_fraction: float = Field(0.001, gt=0, le=1, description="share of samples at full scale above which a clip is reported as clipped")
     normalize_peak: Optional[float] = Field(0.95, gt=0, le=1, description="cached waveforms are scaled to this peak (HiFi-GAN); None keeps levels")
+    rate_outlier_mad: float = Field(5.0, gt=0, description="speaking rate (phonemes per second of speech) this many robust deviations (1.4826 MAD of log rate) from its speaker's median: excluded as text_audio_mismatch")
+    rate_warning_mad: float = Field(3.5, gt=0, description="speaking rate this many robust deviations from the median: warned (speaking_rate)")
+    rate_min_spread: float = Field(0.05, ge=0, description="floor of the robust deviation of log rate (0.05: 5%), so a very even corpus does not flag small differences")
+    rate_min_items: int = Field(10, ge=3, description="a speaker needs this many usable items for the speaking-rate check")
+    asr_check: Literal["off", "warn", "exclude"] = Field("off", description="transcribe each item with the offline recogniser (English) and warn about or exclude items above asr_max_cer")
+    asr_max_cer: float = Field(0.6, gt=0, description="character error rate between what the recogniser hears and the transcript above which an item is flagged")
+    asr_worst: int = Field(10, ge=0, description="the report lists this many items with the highest recogniser CER")
     val_fraction: float = Field(0.05, ge=0, lt=1)
     val_max_items: int = Field(64, ge=1)
     max_samples: Optional[int] = Field(None, ge=1, description="use at most this many training items (quick runs)")
@@ -72,6 +86,10 @@ class LossWeights(Section):
     prior: float = Field(1.0, ge=0)
     duration: float = Field(1.0, ge=0)
     speaker: float = Field(0.0, ge=0, description="contrastive speaker loss (external speaker encoder)")
+    kl: float = Field(1.0, ge=0, description="VITS: KL between the posterior and the flow-mapped prior")
+    adversarial: float = Field(1.0, ge=0, description="GANs (VITS, vocoders): least-squares generator loss")
+    feature_matching: float = Field(1.0, ge=0, description="GANs: L1 between discriminator features of real and generated audio")
+    discriminator: float = Field(1.0, ge=0, description="GANs: least-squares discriminator loss")
 
 
 class ModelConfig(Section):
@@ -94,10 +112,42 @@ class ModelConfig(Section):
     speaker_encoder: Optional[str] = Field(None, description="TorchScript or ONNX speaker encoder; relative to this config file")
     freeze_speaker_encoder: bool = True
     loss_weights: LossWeights = Field(default_factory=LossWeights)
+    # VITS (model.type=vits); the text encoder uses hidden_channels, encoder_* and dropout above.
+    inter_channels: int = Field(192, gt=0, description="VITS: channels of the latent z (posterior, flow, decoder input)")
+    posterior_layers: int = Field(16, ge=1, description="VITS: WaveNet layers of the posterior encoder")
+    posterior_kernel_size: int = Field(5, ge=1)
+    flow_layers: int = Field(4, ge=1, description="VITS: residual coupling blocks of the flow")
+    flow_wavenet_layers: int = Field(4, ge=1)
+    flow_kernel_size: int = Field(5, ge=1)
+    stochastic_duration: bool = Field(True, description="VITS: stochastic duration predictor (False: deterministic)")
+    resblock: Literal["1", "2"] = Field("2", description="HiFi-GAN residual block type: 1 (V1, Piper high), 2 (Piper x-low..medium)")
+    resblock_kernel_sizes: list[int] = Field(default_factory=lambda: [3, 5, 7])
+    resblock_dilation_sizes: list[list[int]] = Field(default_factory=lambda: [[1, 2], [2, 6], [3, 12]])
+    upsample_rates: list[int] = Field(default_factory=lambda: [8, 8, 4], description="their product is audio.hop_length")
+    upsample_kernel_sizes: list[int] = Field(default_factory=lambda: [16, 16, 8])
+    upsample_initial_channel: int = Field(256, gt=0)
+    segment_frames: int = Field(32, ge=1, description="VITS: frames of z decoded to audio per item per step (32 x hop 256 = 8192 samples)")
+    discriminator_periods: list[int] = Field(default_factory=lambda: [2, 3, 5, 7, 11])
+    multi_resolution_discriminator: bool = Field(False, description="add a multi-resolution (STFT) discriminator")
+    max_phonemes: int = Field(400, ge=1, description="VITS: items with more phoneme ids are left out of training (reported)")
+    # Vocoders (model.type=vocoder); HiFi-GAN uses the resblock/upsample fields above, both use discriminator_*.
+    vocoder_generator: Literal["hifigan", "vocos"] = Field("hifigan", description="vocoder: HiFi-GAN (sizes above) or Vocos-style (ConvNeXt + inverse STFT)")
+    vocoder_vocos_dim: int = Field(512, gt=0, description="Vocos: channels of the ConvNeXt backbone")
+    vocoder_vocos_intermediate_channels: int = Field(1536, gt=0, description="Vocos: channels inside each ConvNeXt block")
+    vocoder_vocos_layers: int = Field(8, ge=1, description="Vocos: ConvNeXt blocks")
+    vocoder_segment_frames: int = Field(32, ge=1, description="vocoder: mel frames per item per step (32 x hop 256 = 8192 samples)")
+    vocoder_discriminator_channel_divisor: int = Field(1, ge=1, description="vocoder: narrows the multi-period discriminator (1: HiFi-GAN's size; 4: ~15x cheaper, for CPU runs)")
 
 
 class Stage2Config(Section):
-    max_steps: Optional[int] = Field(None, ge=1)
+    """The vocoder stage of `train --stage both|vocoder` on an acoustic run (RUN_DIR/vocoder/)."""
+
+    max_steps: Optional[int] = Field(None, ge=1, description="vocoder steps; None: 1000 (light on a CPU)")
+    lr: Optional[float] = Field(None, gt=0, description="vocoder learning rate; None: the vocoder preset's")
+    batch_size: int = Field(8, ge=1)
+    max_audio_seconds: float = Field(0.4, gt=0, description="audio per item per step (a random window)")
+    vocoder_preset: str = Field("tiny", description="vocoder preset trained when init_from is not set")
+    init_from: Optional[str] = Field(None, description="vocoder checkpoint (or vocoder run) to fine-tune, e.g. one trained on many speakers; relative to this config file")
 
 
 class TrainConfig(Section):
@@ -116,7 +166,7 @@ class TrainConfig(Section):
     val_every_n_steps: int = Field(500, ge=1)
     checkpoint_every_n_steps: int = Field(500, ge=1)
     keep_last_k: int = Field(3, ge=0)
-    best_metric: Literal["val_loss", "cer"] = "val_loss"
+    best_metric: Literal["val_loss", "cer", "dnsmos", "cer_dnsmos"] = Field("val_loss", description="what best.ckpt follows: val_loss; cer; dnsmos (highest synthesis DNSMOS OVRL, as eval/dnsmos_shortfall = (5 - OVRL) / 4); cer_dnsmos (lowest mean of CER and that shortfall); all but val_loss need eval.every_n_steps")
     grad_clip_norm: Optional[float] = Field(1.0, gt=0)
     gradient_checkpointing: bool = False
     max_skipped_fraction: float = Field(0.05, ge=0, le=1)
@@ -179,6 +229,14 @@ class EvalConfig(Section):
     limit: int = Field(8, ge=1)
 
 
+class InferenceConfig(Section):
+    """The voice's default synthesis settings (written to a Piper voice's `inference` block on export)."""
+
+    noise_scale: float = Field(0.667, ge=0, description="VITS: spread of the prior sample (expressiveness)")
+    length_scale: float = Field(1.0, gt=0, description="speaking time: above 1 slower, below 1 faster")
+    noise_w: float = Field(0.8, ge=0, description="VITS: spread of the stochastic durations (rhythm variety)")
+
+
 class VoiceConfig(Section):
     data: DataConfig
     audio: AudioConfig = Field(default_factory=AudioConfig)
@@ -189,7 +247,8 @@ class VoiceConfig(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     samples: SamplesConfig = Field(default_factory=SamplesConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    preset: Literal[PRESETS] = "small"
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    preset: Literal[ALL_PRESETS] = "small"
 
     _path: Optional[Path] = PrivateAttr(default=None)
 
@@ -217,18 +276,17 @@ class VoiceConfig(Section):
 
     def save(self, path: Union[str, Path]) -> Path:
         """Write YAML atomically and remember the file, so relative paths keep their meaning."""
+        from voicesmith.fileio import write_text
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True))
         self._path = path.resolve()
         return path
 
 
 # --- presets ---------------------------------------------------------------
 
-_PRESET_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
+_ACOUSTIC_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # About 1M parameters: trains on 2 CPU cores in minutes.
     "tiny": {
         "model": dict(hidden_channels=96, encoder_layers=2, encoder_heads=2, encoder_ffn_channels=256,
@@ -259,13 +317,114 @@ _PRESET_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
+# VITS trains like Piper: AdamW 2e-4, betas (0.8, 0.99), exponential decay every step, mel weight 45;
+# audio as Piper's (no mel f_max). Clipping at 1000 only catches an explosion.
+_VITS_TRAIN = dict(learning_rate=2e-4, betas=(0.8, 0.99), weight_decay=0.01, lr_schedule="exponential",
+                   lr_decay=0.999875, warmup_steps=0, grad_clip_norm=1000.0)
+_VITS_AUDIO = dict(sample_rate=22050, n_fft=1024, win_length=1024, hop_length=256, n_mels=80, f_min=0.0, f_max=None)
+_VITS_16K_AUDIO = dict(_VITS_AUDIO, sample_rate=16000)
+_PIPER_MEDIUM_DECODER = dict(resblock="2", resblock_kernel_sizes=[3, 5, 7],
+                             resblock_dilation_sizes=[[1, 2], [2, 6], [3, 12]], upsample_rates=[8, 8, 4],
+                             upsample_kernel_sizes=[16, 16, 8], upsample_initial_channel=256)
+_PIPER_HIGH_DECODER = dict(resblock="1", resblock_kernel_sizes=[3, 7, 11],
+                           resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]], upsample_rates=[8, 8, 2, 2],
+                           upsample_kernel_sizes=[16, 16, 4, 4], upsample_initial_channel=512)
+_VITS_LOSS_WEIGHTS = dict(mel=45.0, kl=1.0, duration=1.0, adversarial=1.0, feature_matching=1.0, discriminator=1.0)
+
+
+def _vits_model(hidden: int, filter_channels: int, decoder: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Piper's text encoder (2 heads, 6 layers, kernel 3), posterior encoder (16 layers) and flow (4 x 4)."""
+    model = dict(hidden_channels=hidden, inter_channels=hidden, encoder_ffn_channels=filter_channels,
+                 encoder_heads=2, encoder_layers=6, encoder_kernel_size=3, dropout=0.1,
+                 duration_predictor_channels=hidden, speaker_embedding_dim=512,
+                 loss_weights=dict(_VITS_LOSS_WEIGHTS), **decoder)
+    return {**model, **extra}
+
+
+_VITS_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # A few hundred thousand generator parameters and a slim discriminator: for tests and a first look on a CPU.
+    "tiny": {
+        "audio": _VITS_AUDIO,
+        "model": _vits_model(64, 192, dict(_PIPER_MEDIUM_DECODER, upsample_initial_channel=64),
+                             encoder_layers=2, posterior_layers=4, flow_layers=2, flow_wavenet_layers=2,
+                             speaker_embedding_dim=64, segment_frames=16, discriminator_periods=[2, 3, 5]),
+        "train": dict(_VITS_TRAIN, batch_size=8, learning_rate=3e-4, max_steps=2000, val_every_n_steps=200,
+                      checkpoint_every_n_steps=200),
+        "samples": dict(every_n_steps=200),
+        "data": dict(max_seconds=15.0),
+    },
+    "x-low": {"audio": _VITS_16K_AUDIO, "model": _vits_model(96, 384, _PIPER_MEDIUM_DECODER),
+              "train": dict(_VITS_TRAIN, batch_size=32, max_steps=500_000)},
+    "low": {"audio": _VITS_16K_AUDIO, "model": _vits_model(192, 768, _PIPER_MEDIUM_DECODER),
+            "train": dict(_VITS_TRAIN, batch_size=32, max_steps=500_000)},
+    "medium": {"audio": _VITS_AUDIO, "model": _vits_model(192, 768, _PIPER_MEDIUM_DECODER),
+               "train": dict(_VITS_TRAIN, batch_size=32, max_steps=1_000_000)},
+    "high": {"audio": _VITS_AUDIO, "model": _vits_model(192, 768, _PIPER_HIGH_DECODER),
+             "train": dict(_VITS_TRAIN, batch_size=16, max_steps=1_000_000)},
+}
+
+# Vocoders train like HiFi-GAN (AdamW 2e-4, betas (0.8, 0.99), exponential decay, mel weight 45) on
+# random windows of the cached audio. HiFi-GAN V1 and V3 are exactly Piper's high and medium decoders.
+# They have no text to speak on their own: samples come from a two-stage run (train --stage both).
+_VOCODER_TRAIN = dict(_VITS_TRAIN, weight_decay=0.0)
+_VOCODER_COMMON: dict[str, dict[str, Any]] = {"samples": dict(every_n_steps=0, on_best=False)}
+
+
+def _vocoder_preset(model: dict[str, Any], **train: Any) -> dict[str, dict[str, Any]]:
+    model = dict(loss_weights=dict(_VITS_LOSS_WEIGHTS), **model)
+    return {**_VOCODER_COMMON, "model": model, "train": dict(_VOCODER_TRAIN, **train)}
+
+
+_VOCOS = dict(vocoder_generator="vocos", vocoder_segment_frames=64)
+_VOCODER_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # A small Vocos-style generator and a slim discriminator: fine-tunes in minutes on a CPU.
+    "tiny": _vocoder_preset(dict(_VOCOS, vocoder_vocos_dim=128, vocoder_vocos_intermediate_channels=384,
+                                 vocoder_vocos_layers=4, vocoder_segment_frames=32, discriminator_periods=[2, 3, 5],
+                                 vocoder_discriminator_channel_divisor=4),
+                            batch_size=8, learning_rate=5e-4, max_steps=2000, val_every_n_steps=200,
+                            checkpoint_every_n_steps=200),
+    "hifigan-v1": _vocoder_preset(_PIPER_HIGH_DECODER, batch_size=16, max_steps=1_000_000),
+    "hifigan-v2": _vocoder_preset(dict(_PIPER_HIGH_DECODER, upsample_initial_channel=128), batch_size=16,
+                                  max_steps=1_000_000),
+    "hifigan-v3": _vocoder_preset(_PIPER_MEDIUM_DECODER, batch_size=16, max_steps=1_000_000),
+    "vocos": _vocoder_preset(dict(_VOCOS, multi_resolution_discriminator=True), batch_size=16,
+                             learning_rate=5e-4, max_steps=1_000_000),
+}
+
+_PRESET_OVERRIDES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
+    "acoustic": _ACOUSTIC_PRESETS, "vits": _VITS_PRESETS, "vocoder": _VOCODER_PRESETS}
+
+
+def default_preset(model_type: str, cuda: Optional[bool] = None) -> str:
+    """The preset `voicesmith init` takes when none is given: the first of `preset_choice`."""
+    return preset_choice(model_type, cuda)[0]
+
+
+def preset_choice(model_type: str, cuda: Optional[bool] = None) -> tuple[str, str]:
+    """(preset, why) for this machine. A CUDA GPU gets the model type's standard preset; a machine
+    without one gets tiny, which trains in minutes on a few CPU cores where the standard presets
+    would take days. `cuda`: None asks torch, imported here only (`voicesmith --help` never loads it)."""
+    standard = {"acoustic": "small", "vits": "medium"}.get(model_type, PRESETS[model_type][0])
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if cuda:
+        return standard, f"a CUDA GPU is available, so the {model_type} model's standard preset"
+    return "tiny", (f"no CUDA GPU on this machine, and tiny trains in minutes on the CPU where the standard "
+                    f"preset ({standard}) wants a GPU; choose another with --preset")
+
 
 def preset_dict(preset: str, dataset: str, model_type: str = "acoustic") -> dict[str, Any]:
     """The raw config of a preset, before validation."""
-    if preset not in PRESETS:
-        raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    if model_type not in PRESETS:
+        raise ConfigError(f"Unknown model type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}.")
+    overrides = _PRESET_OVERRIDES[model_type]
+    if preset not in overrides:
+        raise ConfigError(f"Unknown preset {preset!r} for a {model_type} model; choose one of "
+                          f"{', '.join(PRESETS[model_type])}.")
     raw: dict[str, Any] = {"preset": preset, "data": {"dataset": dataset}, "model": {"type": model_type}}
-    for section, values in _PRESET_OVERRIDES[preset].items():
+    for section, values in copy.deepcopy(overrides[preset]).items():
         raw.setdefault(section, {}).update(values)
     return raw
 
@@ -375,7 +534,7 @@ def apply_env_overrides(raw: dict[str, Any], env: "os._Environ[str] | dict[str, 
     return applied
 
 
-def init_run(dataset: Path, run_dir: Path, model_type: str = "acoustic", preset: str = "small",
+def init_run(dataset: Path, run_dir: Path, model_type: str = "acoustic", preset: Optional[str] = None,
              overrides: Optional[list[str]] = None, force: bool = False) -> Path:
     """Write RUN_DIR/config.yaml for DATASET, with the dataset path relative to that file."""
     dataset, run_dir = Path(dataset), Path(run_dir)
@@ -386,7 +545,8 @@ def init_run(dataset: Path, run_dir: Path, model_type: str = "acoustic", preset:
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists; pass --force to overwrite it, or train with it as it is.")
     run_dir.mkdir(parents=True, exist_ok=True)
-    raw = preset_dict(preset, os.path.relpath(dataset.resolve(), run_dir.resolve()), model_type)
+    raw = preset_dict(preset or default_preset(model_type), os.path.relpath(dataset.resolve(), run_dir.resolve()),
+                      model_type)
     for item in overrides or []:
         apply_override(raw, item)
     validate_config(raw, source="voicesmith init").save(path)

@@ -34,6 +34,7 @@ def run_demo(out: Path, n: int = 120, minutes: float = 6.0, max_steps: Optional[
     print(f"[3/3] Done (exit {status}).\n"
           f"  run:         {run_dir}\n"
           f"  samples:     {run_dir / 'samples'}\n"
+          f"  report:      {run_dir / 'report.html'} (open it in a browser: curves, samples to listen to)\n"
           f"  summary:     {run_dir / 'summary.json'}\n"
           f"  TensorBoard: tensorboard --logdir {run_dir / 'logs'}\n"
           f"  speak:       voicesmith synth {run_dir} \"Hello from my first voice.\" -o hello.wav\n"

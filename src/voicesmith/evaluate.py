@@ -9,12 +9,15 @@ For each item the voice speaks the item's text, and the result is set against th
   synthesised / recorded; both on the speech span (leading/trailing silence trimmed on both sides
   with the voice's `data.trim_top_db`);
 - speed: real-time factor of synthesis on this machine = synthesis wall time / audio seconds (after
-  one untimed warm-up synthesis, which pays the process's one-off costs).
+  one untimed warm-up synthesis, which pays the process's one-off costs);
+- naturalness: DNSMOS (`dnsmos.py`: P.835 OVRL/SIG/BAK and P.808, predicted MOS 1-5) of the synthesised
+  audio as produced and of the recording as recorded; no recogniser needed, so every language gets it.
 
-Totals: CER/WER are corpus-level (all edits / all reference characters or words), MCD is the mean
-over items, duration ratio and RTF are ratios of sums. Languages without a recogniser model (all but
-English) get distortion and speed only, with a note. Items: a run's validation split (the same
-deterministic split training used) unless a dataset is given; then its usable items, in order.
+Totals: CER/WER are corpus-level (all edits / all reference characters or words), MCD and the DNSMOS
+scores are means over items, duration ratio and RTF are ratios of sums. Languages without a recogniser
+model (all but English) get distortion, naturalness and speed only, with a note. Items: a run's
+validation split (the same deterministic split training used) unless a dataset is given; then its
+usable items, in order.
 """
 
 from __future__ import annotations
@@ -32,14 +35,21 @@ from voicesmith.asr import error_rates, has_recognizer, normalize_for_asr, recog
 from voicesmith.audio import load_audio, resample, to_mono, trim_silence
 from voicesmith.config import VoiceConfig
 from voicesmith.data.formats import CorpusItem
+from voicesmith.dnsmos import DEFINITION as DNSMOS_DEFINITION
+from voicesmith.dnsmos import SCORES as DNSMOS_SCORES
+from voicesmith.dnsmos import DnsmosScores
+from voicesmith.dnsmos import scorer as dnsmos_scorer
 from voicesmith.errors import DataError, UserInputError
 from voicesmith.inference import Synthesizer
 from voicesmith.mcd import DEFINITION as MCD_DEFINITION
 from voicesmith.mcd import mel_cepstral_distortion
+from voicesmith.onnx_voice import is_onnx_voice
 from voicesmith.text import SymbolTable
 
 __all__ = ["Reference", "dataset_items", "error_rates", "eval_command", "evaluate", "format_table",
            "mel_cepstral_distortion", "normalize_for_asr", "transcribe", "validation_items"]
+
+DNSMOS_KEYS = tuple(f"{side}dnsmos_{name}" for side in ("", "reference_") for name in DNSMOS_SCORES)
 
 
 @dataclass
@@ -49,6 +59,7 @@ class Reference:
     audio: np.ndarray  # mono at the voice's rate, trimmed
     seconds: float
     transcript: Optional[str]  # None when the language has no recogniser
+    dnsmos: DnsmosScores  # of the recording as recorded
 
 
 # --- items ---------------------------------------------------------------------------------------
@@ -111,7 +122,8 @@ def load_reference(item: CorpusItem, config: VoiceConfig, with_transcript: bool)
     audio = to_mono(audio)
     transcript = transcribe(audio, sample_rate) if with_transcript else None
     speech = _speech(resample(audio, sample_rate, config.audio.sample_rate), config)
-    return Reference(speech, len(speech) / config.audio.sample_rate, transcript)
+    return Reference(speech, len(speech) / config.audio.sample_rate, transcript,
+                     dnsmos_scorer().score(audio, sample_rate))
 
 
 def _speech(audio: np.ndarray, config: VoiceConfig) -> np.ndarray:
@@ -132,6 +144,7 @@ def evaluate(synth: Synthesizer, items: list[CorpusItem], limit: Optional[int] =
     items = items[:limit]
     if not items:
         raise UserInputError("No item to evaluate (the item list is empty).")
+    dnsmos_scorer()  # loads the naturalness models once; refuses before any work when they are not installed
     # untimed: the first synthesis of a process pays one-off costs that are not its speed
     synth.synthesize(items[0].text, _speaker(synth, items[0]))
     rows, notes = [], []
@@ -145,7 +158,7 @@ def evaluate(synth: Synthesizer, items: list[CorpusItem], limit: Optional[int] =
                      f"({', '.join(sorted(unknown_speakers))}); their items were spoken by its first speaker.")
     return {"n_items": len(rows), "language": language, "recognizer": recognizer_name() if with_asr else None,
             **_asr_totals(rows, language, with_asr, notes), **_other_totals(rows),
-            "mcd_definition": MCD_DEFINITION, "notes": notes, "items": rows}
+            "mcd_definition": MCD_DEFINITION, "dnsmos_definition": DNSMOS_DEFINITION, "notes": notes, "items": rows}
 
 
 def _speaker(synth: Synthesizer, item: CorpusItem) -> Optional[str]:
@@ -167,7 +180,8 @@ def _score_item(synth: Synthesizer, item: CorpusItem, reference: Reference, with
            "duration_ratio": (len(speech) / sample_rate) / reference.seconds,
            "seconds": len(speech) / sample_rate, "reference_seconds": reference.seconds,
            "audio_seconds": len(audio) / sample_rate, "synthesis_seconds": synthesis_seconds,
-           "rtf": synthesis_seconds / max(len(audio) / sample_rate, 1e-9)}
+           "rtf": synthesis_seconds / max(len(audio) / sample_rate, 1e-9),
+           **dnsmos_scorer().score(audio, sample_rate).as_dict(), **reference.dnsmos.as_dict("reference_dnsmos_")}
     if with_asr and normalize_for_asr(item.text, config.text.language):
         row["cer"], row["wer"] = error_rates(item.text, row["transcript"], config.text.language)
         row["reference_cer"], row["reference_wer"] = error_rates(item.text, reference.transcript,
@@ -179,7 +193,7 @@ def _asr_totals(rows: list[dict], language: str, with_asr: bool, notes: list[str
     totals = {"cer": None, "wer": None, "reference_cer": None, "reference_wer": None}
     if not with_asr:
         notes.append(f"No speech recogniser for language {language!r} (pocketsphinx ships English only): "
-                     f"intelligibility (CER/WER) is not measured; distortion and speed are.")
+                     f"intelligibility (CER/WER) is not measured; distortion, naturalness and speed are.")
         return totals
     scored = [row for row in rows if row["cer"] is not None]
     if len(scored) < len(rows):
@@ -199,7 +213,8 @@ def _other_totals(rows: list[dict]) -> dict:
     return {"mcd": float(np.mean([row["mcd"] for row in rows])),
             "duration_ratio": sum(row["seconds"] for row in rows) / sum(row["reference_seconds"] for row in rows),
             "rtf": synthesis_seconds / max(audio_seconds, 1e-9),
-            "audio_seconds": audio_seconds, "synthesis_seconds": synthesis_seconds}
+            "audio_seconds": audio_seconds, "synthesis_seconds": synthesis_seconds,
+            **{key: float(np.mean([row[key] for row in rows])) for key in DNSMOS_KEYS}}
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -213,6 +228,9 @@ def eval_command(model_path: Path, dataset: Optional[Path] = None, limit: Option
     """
     if limit is not None and limit < 1:
         raise UserInputError(f"--limit must be at least 1; got {limit}.")
+    if dataset is None and is_onnx_voice(model_path):
+        raise UserInputError(f"{model_path} is an ONNX voice: it carries no run, so no validation split. Name the "
+                             f"items to score: `voicesmith eval {model_path} DATASET`.")
     synth = Synthesizer.load(Path(model_path))
     if dataset is None:
         items, source = validation_items(synth.config, synth.symbols), "validation split"
@@ -232,22 +250,31 @@ def eval_command(model_path: Path, dataset: Optional[Path] = None, limit: Option
 
 COLUMNS = (("CER", "cer"), ("ref CER", "reference_cer"), ("WER", "wer"), ("ref WER", "reference_wer"),
            ("MCD dB", "mcd"), ("dur ratio", "duration_ratio"), ("RTF", "rtf"))
+DNSMOS_COLUMNS = (("OVRL", "dnsmos_ovrl"), ("ref OVRL", "reference_dnsmos_ovrl"), ("SIG", "dnsmos_sig"),
+                  ("ref SIG", "reference_dnsmos_sig"), ("BAK", "dnsmos_bak"), ("ref BAK", "reference_dnsmos_bak"),
+                  ("P.808", "dnsmos_p808"), ("ref P.808", "reference_dnsmos_p808"))
 
 
 def format_table(result: dict) -> str:
-    """Items, then the totals, then the notes (plain text, fixed width)."""
-    rows = [(row["id"], *(row[key] for _, key in COLUMNS)) for row in result["items"]]
-    rows.append((f"all ({result['n_items']})", *(result[key] for _, key in COLUMNS)))
+    """Items, then the totals: intelligibility, distortion and speed; then naturalness; then the notes
+    (plain text, fixed width)."""
+    lines = _table(result, COLUMNS) + [""] + _table(result, DNSMOS_COLUMNS)
+    lines += [result["mcd_definition"], result["dnsmos_definition"]]
+    lines += [f"note: {note}" for note in result["notes"]]
+    return "\n".join(lines)
+
+
+def _table(result: dict, columns: tuple[tuple[str, str], ...]) -> list[str]:
+    rows = [(row["id"], *(row[key] for _, key in columns)) for row in result["items"]]
+    rows.append((f"all ({result['n_items']})", *(result[key] for _, key in columns)))
     width = max(len("item"), *(len(str(row[0])) for row in rows))
-    header = f"{'item':<{width}}" + "".join(f"{title:>10}" for title, _ in COLUMNS)
+    header = f"{'item':<{width}}" + "".join(f"{title:>10}" for title, _ in columns)
     lines = [header, "-" * len(header)]
     for index, row in enumerate(rows):
         if index == len(rows) - 1:
             lines.append("-" * len(header))
         lines.append(f"{row[0]:<{width}}" + "".join(f"{_cell(value):>10}" for value in row[1:]))
-    lines.append(result["mcd_definition"])
-    lines += [f"note: {note}" for note in result["notes"]]
-    return "\n".join(lines)
+    return lines
 
 
 def _cell(value: Optional[float]) -> str:

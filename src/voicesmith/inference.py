@@ -9,7 +9,6 @@ pauses, so a paragraph never becomes one long unnatural breath.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,17 +19,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from voicesmith.audio import MEL_FLOOR, write_wav
+from voicesmith.audio import MEL_FLOOR, mel_spectrogram, write_wav
 from voicesmith.checkpoint import BEST, CHECKPOINTS, EXPORT_CONFIG, LAST, load_checkpoint, load_exported, model_state
 from voicesmith.config import VoiceConfig, validate_config
-from voicesmith.errors import NotBuiltYet, UserInputError
+from voicesmith.errors import UserInputError
 from voicesmith.models import build_model
 from voicesmith.models.griffin_lim import griffin_lim
+from voicesmith.onnx_voice import OnnxVoice, is_onnx_voice
 from voicesmith.text import SymbolTable, TextFrontend
+from voicesmith.vocoding import Vocoder, select_vocoder
 
 logger = logging.getLogger(__name__)
 
 PAUSE_SECONDS = 0.25  # between sentences of a long text
+VOICE_TYPES = ("acoustic", "vits")  # model types that read text
 CHECKPOINT_NAMES = (BEST, LAST)
 
 
@@ -52,48 +54,62 @@ class SynthesisResult:
 
 
 class Synthesizer:
-    """Speaks with an acoustic model and Griffin-Lim. Build with `load(path)` or `from_model(...)`."""
+    """Speaks with a VITS voice, or an acoustic model and its vocoder (Griffin-Lim unless the run has one).
+
+    Build with `load(path)` or `from_model(...)`.
+    """
 
     def __init__(self, model: nn.Module, config: VoiceConfig, symbols: SymbolTable, speakers: dict[str, int],
-                 griffin_lim_iters: Optional[int] = None):
-        if config.model.type != "acoustic":
-            raise NotBuiltYet(f"Synthesis for model.type={config.model.type!r} is not built yet; "
-                              f"acoustic voices speak today.")
+                 griffin_lim_iters: Optional[int] = None, vocoder: Optional[Vocoder] = None):
+        if config.model.type not in VOICE_TYPES:
+            raise UserInputError(f"A {config.model.type} model is not a voice: it cannot read text. Pass a "
+                                 f"voice (an acoustic or VITS run); a vocoder goes with --vocoder.")
         self.model, self.config, self.symbols = model, config, symbols
         self.speaker_ids = {str(name): int(index) for name, index in speakers.items()}
         self.frontend = TextFrontend(config.text, symbols)
         self.griffin_lim_iters = griffin_lim_iters or config.samples.griffin_lim_iters
+        self.vocoder = vocoder  # None: Griffin-Lim
 
     # --- construction ---------------------------------------------------------
 
     @classmethod
     def from_model(cls, model: nn.Module, config: VoiceConfig, symbols: SymbolTable, speakers: dict[str, int],
-                   griffin_lim_iters: Optional[int] = None) -> "Synthesizer":
+                   griffin_lim_iters: Optional[int] = None, vocoder: Optional[Vocoder] = None) -> "Synthesizer":
         """Wrap live weights (e.g. during training): nothing is copied or reloaded."""
-        return cls(model, config, symbols, speakers, griffin_lim_iters)
+        return cls(model, config, symbols, speakers, griffin_lim_iters, vocoder)
 
     @classmethod
     def load(cls, path: Union[str, Path], device: Union[str, torch.device] = "cpu",
-             griffin_lim_iters: Optional[int] = None) -> "Synthesizer":
-        """From a checkpoint file, a run directory (checkpoints/best.ckpt, else last.ckpt) or an exported folder."""
+             griffin_lim_iters: Optional[int] = None, vocoder: Optional[str] = None) -> Union["Synthesizer", OnnxVoice]:
+        """From a checkpoint file, a run directory (checkpoints/best.ckpt, else last.ckpt) or an exported folder.
+
+        `vocoder`: None speaks through the run's own vocoder (RUN_DIR/vocoder/) when it has one, else
+        Griffin-Lim; "griffin-lim" or a vocoder checkpoint/run picks one (see voicesmith.vocoding).
+
+        A `.onnx` path (any Piper voice, NAME.onnx.json beside it) gives an `OnnxVoice` instead: the same
+        `synthesize` contract on onnxruntime.
+        """
+        if is_onnx_voice(path):
+            return OnnxVoice.load(path)
         path = find_model_file(Path(path))
         ckpt = load_exported(path) if path.is_dir() else load_checkpoint(path)
         block = ckpt["voicesmith"]
         config = validate_config(block["config"], source=f"the config stored in {path}")
         config._path = _run_dir_of(path) / "config.yaml"  # relative paths (a speaker encoder) resolve there
-        if block.get("model_type", config.model.type) != "acoustic":
-            raise NotBuiltYet(f"{path} holds a {block.get('model_type')!r} voice; synthesis for it is not built "
-                              f"yet, acoustic voices speak today.")
+        if block.get("model_type", config.model.type) not in VOICE_TYPES:
+            raise UserInputError(f"{path} holds a {block.get('model_type')!r} model, not a voice that reads text; "
+                                 f"pass an acoustic or VITS run (a vocoder goes with --vocoder).")
         state, symbols = model_state(ckpt), SymbolTable.from_dict(block["symbols"])
         model = build_model(config.model, len(symbols), config.audio.n_mels,
-                            _n_speakers(state), config.resolve)
+                            _n_speakers(state), config.resolve, config.audio)
         try:
             model.load_state_dict(state)
         except RuntimeError as exc:
             raise UserInputError(f"The weights in {path} do not fit the model its own config describes "
                                  f"({str(exc).splitlines()[0]}). The file was changed or written by another "
                                  f"version; use another checkpoint.") from None
-        return cls(model.to(device).eval(), config, symbols, block.get("speakers", {}), griffin_lim_iters)
+        return cls(model.to(device).eval(), config, symbols, block.get("speakers", {}), griffin_lim_iters,
+                   select_vocoder(vocoder, config, str(path), device))
 
     # --- properties -----------------------------------------------------------
 
@@ -119,18 +135,17 @@ class Synthesizer:
 
     # --- synthesis ------------------------------------------------------------
 
-    def synthesize(self, text: str, speaker: Optional[str] = None, length_scale: float = 1.0,
-                   noise_scale: Optional[float] = None, noise_w: Optional[float] = None) -> tuple[np.ndarray, int]:
-        """float32 audio in [-1, 1] and its sample rate. `length_scale` > 1 speaks slower.
-
-        `noise_scale` / `noise_w` exist for command-line compatibility with VITS voices; the acoustic
-        model is deterministic and ignores them.
-        """
-        result = self.synthesize_detailed(text, speaker, length_scale)
+    def synthesize(self, text: str, speaker: Optional[str] = None, *, noise_scale: Optional[float] = None,
+                   length_scale: Optional[float] = None, noise_w: Optional[float] = None) -> tuple[np.ndarray, int]:
+        """float32 audio in [-1, 1] and its sample rate. `length_scale` > 1 speaks slower; None takes the
+        voice's default (config `inference`). `noise_scale` / `noise_w` are VITS's sampling spreads (0:
+        deterministic); the acoustic model is deterministic and refuses them."""
+        result = self.synthesize_detailed(text, speaker, noise_scale=noise_scale, length_scale=length_scale,
+                                          noise_w=noise_w)
         return result.audio, result.sample_rate
 
-    def synthesize_detailed(self, text: str, speaker: Optional[str] = None,
-                            length_scale: float = 1.0) -> SynthesisResult:
+    def synthesize_detailed(self, text: str, speaker: Optional[str] = None, *, noise_scale: Optional[float] = None,
+                            length_scale: Optional[float] = None, noise_w: Optional[float] = None) -> SynthesisResult:
         """Like `synthesize`, with the mel, alignment and durations that produced the audio."""
         sentences = self.frontend.split_sentences(text)
         if not sentences:
@@ -140,27 +155,53 @@ class Synthesizer:
         if unknown:
             logger.warning("Left out %d phoneme(s) this voice has no symbol for: %s", len(unknown), " ".join(unknown))
         return self._speak([item.ids for item in encoded], " ".join(item.phonemes for item in encoded),
-                           self.speaker_id(speaker), length_scale)
+                           self.speaker_id(speaker), self._scales(noise_scale, length_scale, noise_w))
 
-    def synthesize_ids(self, phoneme_ids: list[int], speaker: Optional[str] = None,
-                       length_scale: float = 1.0) -> SynthesisResult:
+    def synthesize_ids(self, phoneme_ids: list[int], speaker: Optional[str] = None, *,
+                       noise_scale: Optional[float] = None, length_scale: Optional[float] = None,
+                       noise_w: Optional[float] = None) -> SynthesisResult:
         """Speak one phoneme id sequence as it is (no sentence splitting), e.g. from a dataset item."""
-        return self._speak([list(phoneme_ids)], "", self.speaker_id(speaker), length_scale)
+        return self._speak([list(phoneme_ids)], "", self.speaker_id(speaker),
+                           self._scales(noise_scale, length_scale, noise_w))
 
-    def _speak(self, sentences: list[list[int]], phonemes: str, speaker_id: int,
-               length_scale: float) -> SynthesisResult:
+    def _scales(self, noise_scale: Optional[float], length_scale: Optional[float],
+                noise_w: Optional[float]) -> dict[str, float]:
+        """The model's keyword arguments for `infer`, defaults filled from the voice's config."""
+        defaults = self.config.inference
+        length_scale = defaults.length_scale if length_scale is None else length_scale
         if not length_scale > 0:
             raise UserInputError(f"length scale must be above 0 (1 is normal speed); got {length_scale}.")
+        if self.config.model.type != "vits":
+            if noise_scale is not None or noise_w is not None:
+                raise UserInputError("noise scale and noise w set how VITS samples its voice; this acoustic voice is "
+                                     "deterministic and has none. Leave out --noise-scale and --noise-w.")
+            return {"length_scale": length_scale}
+        scales = {"noise_scale": defaults.noise_scale if noise_scale is None else noise_scale,
+                  "length_scale": length_scale, "noise_w": defaults.noise_w if noise_w is None else noise_w}
+        for name in ("noise_scale", "noise_w"):
+            if not scales[name] >= 0:
+                raise UserInputError(f"{name.replace('_', ' ')} must be 0 or more (0: deterministic); got {scales[name]}.")
+        return scales
+
+    def _speak(self, sentences: list[list[int]], phonemes: str, speaker_id: int,
+               scales: dict[str, float]) -> SynthesisResult:
         device = next(self.model.parameters()).device
         with evaluating(self.model), single_threaded_on_cpu(device):
-            pieces = []
-            for ids in sentences:
-                output = self.model.infer(torch.tensor([ids], device=device), torch.tensor([len(ids)], device=device),
-                                          torch.tensor([speaker_id], device=device), length_scale=length_scale)
-                pieces.append((output["mel"][0].float(), output["durations"][0]))
-            mel = _join_with_pauses([mel for mel, _ in pieces], self._pause_frames())
-            audio = griffin_lim(mel, self.config.audio, n_iters=self.griffin_lim_iters)
-        durations = [durations.cpu().numpy() for _, durations in pieces]
+            outputs = [self.model.infer(torch.tensor([ids], device=device), torch.tensor([len(ids)], device=device),
+                                        torch.tensor([speaker_id], device=device), **scales) for ids in sentences]
+            if self.config.model.type == "vits":
+                pieces = [output["audio"][0, 0].float() for output in outputs]
+                pause = pieces[0].new_zeros(self._pause_frames() * self.config.audio.hop_length)
+                audio = _join_with_pauses(pieces, pause)
+                mel = mel_spectrogram(audio, self.config.audio)
+            else:
+                pieces = [output["mel"][0].float() for output in outputs]
+                mel = _join_with_pauses(pieces, pieces[0].new_full((pieces[0].shape[0], self._pause_frames()), MEL_FLOOR))
+                if self.vocoder is not None:
+                    audio = self.vocoder(mel)
+                else:
+                    audio = griffin_lim(mel, self.config.audio, n_iters=self.griffin_lim_iters)
+        durations = [output["durations"][0].long().cpu().numpy() for output in outputs]
         return SynthesisResult(
             audio=audio.cpu().numpy().astype(np.float32), sample_rate=self.sample_rate, mel=mel.cpu().numpy(),
             alignment=_block_alignment(durations, self._pause_frames(), mel.shape[-1]),
@@ -200,11 +241,11 @@ def single_threaded_on_cpu(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _join_with_pauses(mels: list[torch.Tensor], pause_frames: int) -> torch.Tensor:
-    pause = mels[0].new_full((mels[0].shape[0], pause_frames), MEL_FLOOR)
-    joined = [mels[0]]
-    for mel in mels[1:]:
-        joined += [pause, mel]
+def _join_with_pauses(pieces: list[torch.Tensor], pause: torch.Tensor) -> torch.Tensor:
+    """Sentences (mels `[n_mels, T]` or audio `[S]`) joined along time with `pause` between them."""
+    joined = [pieces[0]]
+    for piece in pieces[1:]:
+        joined += [pause, piece]
     return torch.cat(joined, dim=-1)
 
 
@@ -222,7 +263,7 @@ def _block_alignment(durations: list[np.ndarray], pause_frames: int, n_frames: i
 
 def _n_speakers(state: dict[str, torch.Tensor]) -> int:
     """How many speakers the saved model was built for, read from its own weights."""
-    for key in ("speaker_table.weight", "speaker_centroids"):
+    for key in ("speaker_table.weight", "speaker_centroids", "emb_g.weight"):
         if key in state:
             return int(state[key].shape[0])
     return 1
@@ -230,9 +271,6 @@ def _n_speakers(state: dict[str, torch.Tensor]) -> int:
 
 def find_model_file(path: Path) -> Path:
     """A checkpoint file or an exported folder, from what the user named (file, run dir, export dir)."""
-    if path.suffix.lower() == ".onnx":
-        raise NotBuiltYet(f"{path}: speaking with ONNX voices is not built yet; pass the checkpoint or run "
-                          f"directory it was exported from.")
     if path.is_file():
         return path
     if path.is_dir():
@@ -256,15 +294,15 @@ def _run_dir_of(path: Path) -> Path:
     return path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
 
 
-def synth_command(model_path: Path, text: str, out: Path, speaker: Optional[str] = None, length_scale: float = 1.0,
-                  noise_scale: Optional[float] = None, noise_w: Optional[float] = None) -> int:
+def synth_command(model_path: Path, text: str, out: Path, speaker: Optional[str] = None,
+                  length_scale: Optional[float] = None,
+                  noise_scale: Optional[float] = None, noise_w: Optional[float] = None,
+                  vocoder: Optional[str] = None) -> int:
     """`voicesmith synth`: write a 16-bit WAV and print its path, duration and real-time factor."""
-    synthesizer = Synthesizer.load(model_path)
-    if noise_scale is not None or noise_w is not None:
-        print("note: --noise-scale and --noise-w apply to VITS voices; this acoustic voice ignores them.",
-              file=sys.stderr)
+    synthesizer = Synthesizer.load(model_path, vocoder=vocoder)
     start = time.perf_counter()
-    audio, sample_rate = synthesizer.synthesize(text, speaker, length_scale)
+    audio, sample_rate = synthesizer.synthesize(text, speaker, noise_scale=noise_scale, length_scale=length_scale,
+                                                noise_w=noise_w)
     elapsed = time.perf_counter() - start
     write_wav(Path(out), audio, sample_rate)
     seconds = len(audio) / sample_rate

@@ -2,7 +2,8 @@
 
 Layout of `config.data.cache_dir`:
 ```
-manifest.json        per usable item: id, speaker, text, phoneme ids, n_frames, feature file, source stat
+manifest.json        per usable item: id, speaker, text, phoneme ids, n_frames, feature file (with its size
+                     and CRC-32), source stat
 symbols.json         the SymbolTable (kept once written, so ids stay stable for checkpoints)
 speakers.json        {speaker name: id}, names sorted; {} for a single-speaker corpus
 data_report.json     the validation report, preparation failures included
@@ -16,16 +17,23 @@ and a changed audio setting rebuilds the features but not the phonemes. Every fi
 temporary name and renamed, so an interrupted run never leaves half a file behind. The waveform is
 level-normalised (data.normalize_peak), quantised to int16, and the mel is computed from exactly that
 quantised waveform, cut to `n_frames * hop` samples: audio and mel line up sample for sample.
+
+A feature file is checked before the model sees it: `prepare` rebuilds one whose size differs from
+the manifest's (a cut-off write), and the Dataset checks the CRC-32 of the bytes it reads and rebuilds
+a damaged file in place from its recording (features are computed on one thread, so the rebuilt bytes
+are the same). A full disk stops preparation with what to free; it never excludes items.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import re
 import shutil
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -38,7 +46,7 @@ from voicesmith.config import AudioConfig, DataConfig, VoiceConfig, load_config
 from voicesmith.data.conditioning import condition_audio, normalize_level
 from voicesmith.data.formats import CorpusItem, Finding, read_corpus
 from voicesmith.data.loader import INT16_SCALE
-from voicesmith.data.parallel import run_parallel
+from voicesmith.data.parallel import run_parallel, single_thread
 from voicesmith.data.report import ValidationReport
 from voicesmith.data.validate import default_symbols, settings_key, validate_corpus
 from voicesmith.errors import DataError, UserInputError
@@ -47,7 +55,7 @@ from voicesmith.text import SymbolTable
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: feature files carry their size and CRC-32 in the manifest
 MANIFEST, SYMBOLS, SPEAKERS, REPORT, FEATURES = "manifest.json", "symbols.json", "speakers.json", \
     "data_report.json", "features"
 PARALLEL_MIN_ITEMS = 1000  # ~5 ms of CPU per item vs ~2.5 s to start a worker: processes pay off from here
@@ -73,7 +81,7 @@ class FeatureCache:
         if manifest is None or manifest.get("version") != FORMAT_VERSION:
             raise DataError(f"{root} holds no feature cache of this voicesmith version; "
                             f"run `voicesmith prepare CONFIG` first.")
-        return cls(root, manifest["items"], SymbolTable.load(root / SYMBOLS), _read_json(root / SPEAKERS) or {},
+        return cls(root, manifest["items"], SymbolTable.load(root / SYMBOLS), read_speakers(root / SPEAKERS),
                    manifest["audio_key"])
 
     @property
@@ -100,7 +108,11 @@ class FeatureBuilder:
 
 
 def build_features(builder: FeatureBuilder, job: tuple[str, str]) -> dict:
-    """Write one item's features; returns {"n_frames": n} or {"error": why} (never raises for bad data)."""
+    """Write one item's features; returns {"n_frames", "bytes", "crc32"} or {"error": why}.
+
+    Never raises for bad data; a full disk raises DiskFull, which stops preparation (no item is
+    excluded for want of space).
+    """
     source, target = Path(job[0]), Path(job[1])
     try:
         conditioned = condition_audio(source, builder.audio, builder.data)
@@ -112,12 +124,37 @@ def build_features(builder: FeatureBuilder, job: tuple[str, str]) -> dict:
         audio = normalize_level(conditioned.audio[:n_frames * hop], builder.data.normalize_peak)
         quantised = torch.from_numpy(np.round(np.clip(audio, -1, 1) * INT16_SCALE).astype(np.int16))
         mel = mel_spectrogram(quantised.float() / INT16_SCALE, builder.audio)
-        features = {"mel": mel.contiguous(), "audio": quantised}
-        atomic_write(target, lambda handle: torch.save(features, handle), durable=False)  # rebuildable
+        blob = io.BytesIO()
+        torch.save({"mel": mel.contiguous(), "audio": quantised}, blob)
+        data = blob.getvalue()
+        atomic_write(target, lambda handle: handle.write(data), durable=False, to_free=_cache_advice(target))
     except (DataError, OSError, ValueError, RuntimeError) as exc:
         return {"error": f"preparing {source} failed ({type(exc).__name__}: {exc}); validate again and check "
                          f"the file."}
-    return {"n_frames": n_frames}
+    return {"n_frames": n_frames, "bytes": len(data), "crc32": zlib.crc32(data)}
+
+
+def _cache_advice(target: Path) -> str:
+    cache_root = target.parent.parent.parent  # <cache>/features/<audio key>/<file>
+    return (f"delete runs or caches you no longer need, or set data.cache_dir to a folder on a larger disk "
+            f"(this feature cache is {cache_root}; what it already holds is kept)")
+
+
+def rebuild_features(builder: FeatureBuilder, root: Path, entry: dict) -> bytes:
+    """Build one item's damaged feature file again from its recording; its bytes, checked against the
+    manifest. DataError (naming the item) when they still differ: the recording changed since."""
+    target = root / entry["file"]
+    with single_thread():  # the thread count must match preparation's for the same bytes
+        outcome = build_features(builder, (entry["source"]["path"], str(target)))
+    data = target.read_bytes() if "error" not in outcome else b""
+    if zlib.crc32(data) != entry["crc32"]:
+        raise DataError(f"The cached features of item {entry['id']} ({target}) were damaged and rebuilding them "
+                        f"from {entry['source']['path']} gave other features "
+                        f"({outcome.get('error', 'the recording or the settings changed since preparation')}); "
+                        f"run `voicesmith prepare CONFIG` again.")
+    log.warning("The cached features of item %s (%s) were damaged (checksum mismatch); rebuilt from %s.",
+                entry["id"], target, entry["source"]["path"])
+    return data
 
 
 def build_chunk(builder: FeatureBuilder, jobs: list[tuple[str, str]]) -> list[dict]:
@@ -173,7 +210,9 @@ def prepare(config: VoiceConfig, report: Optional[ValidationReport] = None, prog
 
 def _plan(root: Path, report: ValidationReport, speakers: dict[str, int], key: str) -> tuple[list[dict], list[dict]]:
     """Manifest entries of the usable items, and those of them whose features must be built."""
-    previous = {entry["file"] for entry in (_read_json(root / MANIFEST) or {}).get("items", [])}
+    manifest = _read_json(root / MANIFEST) or {}
+    previous = {entry["file"]: entry for entry in manifest.get("items", [])} \
+        if manifest.get("version") == FORMAT_VERSION else {}
     entries, jobs = [], []
     for result in report.usable:
         entry = _entry(result.item, result.ids, result.n_frames, speakers, key)
@@ -182,9 +221,19 @@ def _plan(root: Path, report: ValidationReport, speakers: dict[str, int], key: s
                                               f"{result.item.audio_path} vanished after validation; restore it."))
             continue
         entries.append(entry)
-        if entry["file"] not in previous or not (root / entry["file"]).is_file():
-            jobs.append(entry)
+        built = previous.get(entry["file"])
+        if built is not None and _file_size(root / entry["file"]) == built["bytes"]:
+            entry.update(n_frames=built["n_frames"], bytes=built["bytes"], crc32=built["crc32"])
+        else:
+            jobs.append(entry)  # new, changed, missing or cut off: built (again)
     return entries, jobs
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def _entry(item: CorpusItem, ids: list[int], n_frames: int, speakers: dict[str, int], key: str) -> Optional[dict]:
@@ -206,7 +255,7 @@ def _apply_outcomes(jobs: list[dict], outcomes: list[dict], report: ValidationRe
     for entry, outcome in zip(jobs, outcomes):
         message = outcome.get("error")
         if message is None:
-            entry["n_frames"] = outcome["n_frames"]
+            entry.update(n_frames=outcome["n_frames"], bytes=outcome["bytes"], crc32=outcome["crc32"])
             if entry["n_ids"] > entry["n_frames"]:
                 message = (f"{entry['n_ids']} phoneme ids but only {entry['n_frames']} mel frames after "
                            f"preparation; the audio changed since validation: validate again.")
@@ -232,7 +281,7 @@ def _symbol_table(root: Path, config: VoiceConfig, dataset: Path) -> SymbolTable
 
 def _speaker_map(root: Path, names: list[str]) -> dict[str, int]:
     """Sorted names -> ids; speakers already in the cache keep their ids, new ones are appended."""
-    known = _read_json(root / SPEAKERS) or {}
+    known = read_speakers(root / SPEAKERS)
     new = sorted(set(names) - set(known))
     if not known and new in ([], [""]):
         return {}
@@ -266,6 +315,26 @@ def _prune(features: Path, key: str, keep: set[str]) -> None:
                 path.unlink(missing_ok=True)
 
 
+def read_speakers(path: Path) -> dict[str, int]:
+    """{speaker name: id} from speakers.json; {} when there is none. A damaged file is an error, never
+    silently rebuilt: a trained model's speaker ids depend on it, and new ids would swap voices."""
+    try:
+        speakers = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        speakers = exc
+    valid = isinstance(speakers, dict) and all(isinstance(k, str) and type(v) is int for k, v in speakers.items()) \
+        and sorted(speakers.values()) == list(range(len(speakers)))
+    if not valid:
+        problem = f"cannot be read ({speakers})" if isinstance(speakers, Exception) else \
+            "is not a map of speaker names to the ids 0..N-1"
+        raise DataError(f"The speaker map {path} {problem}. A trained model's speaker ids depend on it: restore it "
+                        f"from a backup or from a checkpoint of this run (its voicesmith block holds `speakers`), or "
+                        f"delete it to number the speakers afresh and start a new run with `--resume never`.")
+    return speakers
+
+
 def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -278,8 +347,11 @@ def _read_json(path: Path):
 
 def prepare_command(config_path: Path, overrides: Optional[list[str]] = None) -> int:
     """`voicesmith prepare CONFIG`: build the cache, print the data summary; DataError (exit 2) if nothing is usable."""
+    from voicesmith.rundir import owned_run_dir
+
     config = load_config(config_path, overrides or [])
-    cache = prepare(config, progress=sys.stderr.isatty())
+    with owned_run_dir(config.run_dir, "prepare"):  # never beside a `train` of the same run
+        cache = prepare(config, progress=sys.stderr.isatty())
     print(cache.report.summary())
     stats = cache.stats
     print(f"Feature cache {cache.root}: {len(cache)} items ({stats['built']} built, {stats['reused']} reused, "

@@ -7,6 +7,8 @@ Everything here is picklable and does no work at import time, so DataLoader work
 from __future__ import annotations
 
 import hashlib
+import io
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
@@ -21,16 +23,21 @@ from voicesmith.errors import DataError
 
 if TYPE_CHECKING:
     from voicesmith.config import VoiceConfig
-    from voicesmith.data.cache import FeatureCache
+    from voicesmith.data.cache import FeatureBuilder, FeatureCache
 
 INT16_SCALE = 32767.0  # the cache stores waveforms as int16 (see data/cache.py)
 
 
 class TTSDataset(Dataset):
-    """Items of the feature cache; holds only manifest entries (small, picklable)."""
+    """Items of the feature cache; holds only manifest entries (small, picklable).
 
-    def __init__(self, root: Path, entries: list[dict], hop_length: int):
+    Each feature file is checked against the manifest's CRC-32 before use: a damaged one is rebuilt
+    from its recording with `builder` (or refused without one), never fed to the model.
+    """
+
+    def __init__(self, root: Path, entries: list[dict], hop_length: int, builder: Optional["FeatureBuilder"] = None):
         self.root, self.entries, self.hop_length = Path(root), entries, hop_length
+        self.builder = builder
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -43,7 +50,7 @@ class TTSDataset(Dataset):
         entry = self.entries[index]
         path = self.root / entry["file"]
         try:
-            features = torch.load(path, map_location="cpu", weights_only=True)
+            features = torch.load(io.BytesIO(self._checked_bytes(entry, path)), map_location="cpu", weights_only=True)
         except (OSError, RuntimeError, EOFError) as exc:
             raise DataError(f"The cached features of item {entry['id']} ({path}) cannot be read ({exc}); "
                             f"run `voicesmith prepare CONFIG` to rebuild the cache.") from exc
@@ -55,6 +62,22 @@ class TTSDataset(Dataset):
         audio = torch.from_numpy(audio.numpy().astype(np.float32) * np.float32(1 / INT16_SCALE))
         return {"id": entry["id"], "text": entry["text"], "phoneme_ids": torch.tensor(entry["ids"], dtype=torch.long),
                 "mel": mel.float(), "audio": audio, "speaker_id": entry["speaker_id"]}
+
+
+    def _checked_bytes(self, entry: dict, path: Path) -> bytes:
+        """The file's bytes when their CRC-32 matches the manifest; else rebuilt (or DataError)."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if "crc32" not in entry or zlib.crc32(data) == entry["crc32"]:
+            return data
+        if self.builder is None:
+            raise DataError(f"The cached features of item {entry['id']} ({path}) are damaged (checksum mismatch); "
+                            f"run `voicesmith prepare CONFIG` to rebuild them.")
+        from voicesmith.data.cache import rebuild_features
+
+        return rebuild_features(self.builder, self.root, entry)
 
 
 def collate_batch(items: list[dict]) -> dict:
@@ -133,7 +156,7 @@ def build_dataloaders(config: "VoiceConfig", cache: "FeatureCache", max_samples:
     The batch sampler shards over `world_size` ranks itself: with Lightning, pass the trainer's
     world size and global rank and set `use_distributed_sampler=False`.
     """
-    from voicesmith.data.cache import audio_key
+    from voicesmith.data.cache import FeatureBuilder, audio_key
 
     if cache.audio_key != audio_key(config):
         raise DataError(f"The feature cache {cache.root} was prepared with other audio settings; run "
@@ -146,7 +169,8 @@ def build_dataloaders(config: "VoiceConfig", cache: "FeatureCache", max_samples:
         if not indices:
             loaders.append(None)
             continue
-        dataset = TTSDataset(cache.root, [cache.entries[i] for i in indices], config.audio.hop_length)
+        dataset = TTSDataset(cache.root, [cache.entries[i] for i in indices], config.audio.hop_length,
+                             FeatureBuilder(config.audio, config.data))
         sampler = LengthBucketBatchSampler(dataset.lengths, config.train.batch_size, data.max_frames_per_batch,
                                            shuffle=shuffle, seed=data.seed, num_replicas=world_size, rank=rank)
         loaders.append(_loader(dataset, sampler, config, multiprocessing_context))
@@ -161,5 +185,8 @@ def _loader(dataset: TTSDataset, sampler: LengthBucketBatchSampler, config: "Voi
         pin_memory = config.hardware.accelerator in ("auto", "cuda", "gpu") and torch.cuda.is_available()
     extra = {"prefetch_factor": config.data.prefetch_factor, "persistent_workers": True,
              "multiprocessing_context": multiprocessing_context} if workers > 0 else {}
+    # Its own generator: starting an iterator draws a worker seed from it, which would otherwise come from the
+    # global RNG and shift the model's random stream whenever a resumed run starts an epoch's iterator anew.
+    generator = torch.Generator().manual_seed(config.data.seed)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch, num_workers=workers,
-                      pin_memory=pin_memory, **extra)
+                      pin_memory=pin_memory, generator=generator, **extra)

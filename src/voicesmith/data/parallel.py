@@ -3,6 +3,11 @@
 `spawn` everywhere (the default on Windows and macOS, and safe with torch and espeak-ng loaded in
 the parent): workers import the module of the function afresh, so nothing may happen at import time. Small jobs run in-process, where
 starting workers (each imports numpy, torch and espeak-ng) would cost more than it saves.
+
+A worker that dies (a decoder crash, the OOM killer) breaks the whole pool, and every unfinished
+chunk fails with it. Only the item that killed its worker may be lost: chunks that had not started
+run again in a new pool, and the items of chunks that had started are retried one at a time, so the
+item whose own run kills a worker is found and reported (`on_crash`), and every other item gets its result.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 _WORKER_STATE: Any = None  # the `state` of run_parallel, set once in each worker process
+_STARTED: Any = None  # a queue on which each worker announces the chunk it starts
 
 
 def default_workers() -> int:
@@ -24,16 +30,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _init_worker(state: Any) -> None:
-    global _WORKER_STATE
-    _WORKER_STATE = state
+def _init_worker(state: Any, started: Any = None) -> None:
+    global _WORKER_STATE, _STARTED
+    _WORKER_STATE, _STARTED = state, started
     import torch
 
     torch.set_num_threads(1)  # one process per core: threads inside each would fight over the cores
 
 
 @contextmanager
-def _single_thread():
+def single_thread():
     """Per-item work on small tensors: torch's thread pool costs far more than it gains (10x on a busy machine)."""
     import torch
 
@@ -45,7 +51,9 @@ def _single_thread():
         torch.set_num_threads(threads)
 
 
-def _run_chunk(function: Callable[[Any, list], list], chunk: list) -> list:
+def _run_chunk(function: Callable[[Any, list], list], chunk: list, index: int = -1) -> list:
+    if _STARTED is not None:
+        _STARTED.put(index)
     return function(_WORKER_STATE, chunk)
 
 
@@ -67,7 +75,7 @@ def run_parallel(function: Callable[[Any, list], list], items: list, state: Any,
         results = _in_workers(function, chunks, state, on_crash, workers, bar)
     else:
         results = []
-        with _single_thread():
+        with single_thread():
             for chunk in chunks:
                 results.append(function(state, chunk))
                 bar.update(len(chunk))
@@ -77,17 +85,58 @@ def run_parallel(function: Callable[[Any, list], list], items: list, state: Any,
 
 def _in_workers(function: Callable[[Any, list], list], chunks: list[list], state: Any,
                 on_crash: Callable[[Any], Any], workers: int, bar) -> list[list]:
-    results: list[list] = [[] for _ in chunks]
-    with futures.ProcessPoolExecutor(min(workers, len(chunks)), mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(state,)) as pool:
-        pending = {pool.submit(_run_chunk, function, chunk): index for index, chunk in enumerate(chunks)}
+    """Results per chunk; after a worker died, unstarted chunks run again and started ones are isolated."""
+    results: list[Optional[list]] = [None] * len(chunks)
+    context = multiprocessing.get_context("spawn")
+    started_queue = context.SimpleQueue()
+    broken: list[int] = []
+    started: set[int] = set()
+    with futures.ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context, initializer=_init_worker,
+                                     initargs=(state, started_queue)) as pool:
+        pending = {pool.submit(_run_chunk, function, chunk, index): index for index, chunk in enumerate(chunks)}
         for done in futures.as_completed(pending):
             index = pending[done]
+            _drain(started_queue, started)  # as it goes: a full pipe would block the workers
             try:
                 results[index] = done.result()
+                bar.update(len(chunks[index]))
             except futures.process.BrokenProcessPool:
-                results[index] = [on_crash(item) for item in chunks[index]]
+                broken.append(index)
+    if broken:
+        _drain(started_queue, started)
+        unstarted = [index for index in broken if index not in started]
+        for index, rows in zip(unstarted, _in_workers(function, [chunks[i] for i in unstarted], state, on_crash,
+                                                      workers, bar) if unstarted else []):
+            results[index] = rows
+        for index in sorted(set(broken) - set(unstarted)):
+            results[index] = _isolate(function, chunks[index], state, on_crash)
             bar.update(len(chunks[index]))
+    return results
+
+
+def _drain(queue: Any, into: set[int]) -> None:
+    while not queue.empty():
+        into.add(queue.get())
+
+
+def _isolate(function: Callable[[Any, list], list], items: list, state: Any, on_crash: Callable[[Any], Any]) -> list:
+    """Items that were in flight when a worker died, each alone in a one-worker pool: only an item whose
+    own run kills the worker gets `on_crash(item)`."""
+    results, pool = [], None
+    try:
+        for item in items:
+            if pool is None:
+                pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=_init_worker, initargs=(state,))
+            try:
+                results.extend(pool.submit(_run_chunk, function, [item]).result())
+            except futures.process.BrokenProcessPool:
+                results.append(on_crash(item))
+                pool.shutdown()
+                pool = None
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return results
 
 

@@ -27,6 +27,13 @@ class ItemResult:
     seconds: float = 0.0  # usable audio after resampling and trimming
     n_frames: int = 0  # mel frames that audio makes
     ids: list[int] = field(default_factory=list)  # phoneme ids (with Piper's pads, bos, eos)
+    n_phonemes: int = 0  # phonemes said (no pads, stress marks, spaces or punctuation)
+    speech_seconds: float = 0.0  # the audio with leading and trailing silence trimmed (even when kept)
+
+    @property
+    def speaking_rate(self) -> float:
+        """Phonemes per second of speech; 0 when either is unknown."""
+        return self.n_phonemes / self.speech_seconds if self.n_phonemes and self.speech_seconds else 0.0
 
     @property
     def excluded(self) -> bool:
@@ -40,6 +47,7 @@ class ValidationReport:
     results: list[ItemResult]  # one per item (metadata line), in corpus order
     unlisted_audio: int = 0
     settings_key: str = ""  # hash of the settings and symbol table the verdicts were made with
+    checks: dict = field(default_factory=dict)  # corpus-wide checks by name: what they measured, skipped, listed
 
     @property
     def items_total(self) -> int:
@@ -109,6 +117,7 @@ class ValidationReport:
             "counts": dict(sorted(counts.items())),
             "unlisted_audio": self.unlisted_audio,
             "duration_histogram": self.duration_histogram(),
+            "checks": self.checks,
             "items": [finding.to_dict(result.excluded) for result in self.results for finding in result.findings],
         }
 
@@ -138,6 +147,7 @@ class ValidationReport:
             lines.append(f"  {self.unlisted_audio} audio file(s) in the corpus folder are not named by any "
                          f"metadata line (not used).")
         lines.extend(self._histogram_lines())
+        lines.extend(line for check in self.checks.values() for line in check.get("summary", []))
         return "\n".join(lines)
 
     def _histogram_lines(self) -> list[str]:

@@ -9,6 +9,11 @@ Under DDP every rank builds the same batch list (same seed and epoch) and takes 
 `num_replicas`-th batch, so ranks see disjoint items. When the batch count does not divide by the
 number of ranks, the first batches are repeated to fill the last round (every rank must step the
 same number of times or DDP hangs); `drop_last=True` drops those last batches instead.
+
+A run resumed mid-epoch calls `resume_at(epoch, batches_done)`: the epoch's batch list is rebuilt
+(it depends only on seed and epoch) and its first `batches_done` batches are left out once, so the
+resumed run trains on exactly the batches the interrupted one had not reached. `len()` stays the
+whole epoch: the training loop counts the batches already done itself.
 """
 
 from __future__ import annotations
@@ -33,11 +38,17 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.pool_batches = num_replicas, rank, pool_batches
         self.epoch = 0
         self._cached: tuple[int, list[list[int]]] = (-1, [])
+        self._resume: Optional[tuple[int, int]] = None  # (epoch, batches of it already trained)
         self.sampler = _EpochHook(self)
 
     def set_epoch(self, epoch: int) -> None:
         """Called by the training loop so each epoch gets its own shuffle (Lightning: through `.sampler`)."""
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """The next iteration continues epoch `epoch` after this rank's first `batches_done` batches."""
+        self.epoch = epoch
+        self._resume = (epoch, batches_done)
 
     def all_batches(self) -> list[list[int]]:
         """This epoch's batches of every rank, before sharding (the same list on every rank)."""
@@ -85,7 +96,13 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         return batches[self.rank::self.num_replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._rank_batches())
+        batches = self._rank_batches()
+        if self._resume is not None:
+            epoch, done = self._resume
+            self._resume = None
+            if epoch == self.epoch:
+                batches = batches[done:]
+        return iter(batches)
 
     def __len__(self) -> int:
         return len(self._rank_batches())

@@ -16,31 +16,37 @@ import json
 import logging
 import math
 import os
+import re
+import string
 import sys
 import unicodedata
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import soundfile as sf
 
 from voicesmith.audio import stft_padding
 from voicesmith.config import DataConfig, VoiceConfig, load_config
+from voicesmith.data import asr_check, speaking_rate
 from voicesmith.data.conditioning import condition_audio
 from voicesmith.data.formats import Corpus, CorpusItem, Finding, read_corpus
 from voicesmith.data.parallel import run_parallel
 from voicesmith.data.report import ItemResult, ValidationReport
-from voicesmith.errors import DataError
+from voicesmith.errors import DataError, DiskFull
+from voicesmith.fileio import write_text
 from voicesmith.text import EncodedText, SymbolTable, TextFrontend, build_symbol_table
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 CACHE_FOLDER = ".voicesmith-cache"
 PARALLEL_MIN_ITEMS = 4000  # ~1.6 ms of CPU per item vs ~2.5 s to start a worker: processes pay off from here
 
 CacheSetting = Union[bool, Path]
+_BRACKETED_RE = re.compile(r"\[[^\]]*\]|<[^>]*>|\{[^}]*\}")  # [inaudible], <unk>, {noise}: tags, not speech
+PLACEHOLDER_WORDS = frozenset({"todo", "tbd", "xxx", "n/a", "placeholder", "untranscribed", "null"})
 
 
 # --- one item ----------------------------------------------------------------------------
@@ -83,6 +89,11 @@ class ItemChecker:
                       f"{len(result.ids)} phoneme ids (pads included) but only {result.n_frames} mel frames "
                       f"({result.seconds:.2f} s after trimming): the alignment needs a frame per id. The "
                       f"transcript is probably too long for this clip; check that text and audio match.")
+        elif len(result.ids) > self.config.model.max_phonemes:
+            self._add(result, "error", "over_phoneme_cap",
+                      f"{len(result.ids)} phoneme ids (pads included); the cap is model.max_phonemes = "
+                      f"{self.config.model.max_phonemes}, so that one long item cannot run the GPU out of memory. "
+                      f"Split the clip and its text, or raise the cap.")
         return result
 
     @staticmethod
@@ -104,7 +115,13 @@ class ItemChecker:
             self._add(result, "error", "no_phonemes",
                       f"the text {item.text!r} yields no phonemes; write it out in words.")
             return
+        if not has_words(item.text):
+            self._add(result, "error", "no_words",
+                      f"the transcript {item.text!r} has no letter or digit outside placeholders and tags, so it "
+                      f"says nothing of the audio; write what is said in the clip.")
+            return
         result.ids = list(encoded.ids)
+        result.n_phonemes = _phoneme_count(encoded.phonemes)
 
     def _check_audio(self, item: CorpusItem, result: ItemResult) -> None:
         data, audio = self.config.data, self.config.audio
@@ -150,6 +167,8 @@ class ItemChecker:
             return
         self._check_level(facts, data, result)
         result.seconds = conditioned.seconds
+        kept_silence = 0.0 if data.trim_silence else facts.leading_silence + facts.trailing_silence
+        result.speech_seconds = max(0.0, conditioned.seconds - kept_silence)
         result.n_frames = len(conditioned.audio) // audio.hop_length
         self._check_duration(result, data, audio.hop_length, max(stft_padding(audio)))
 
@@ -189,6 +208,21 @@ def _has_phoneme(phonemes: str) -> bool:
     return any(not ch.isspace() and not unicodedata.category(ch).startswith("P") for ch in phonemes)
 
 
+def _phoneme_count(phonemes: str) -> int:
+    """Sounds said: letters of the phoneme string, not stress or length marks (Lm), spaces or punctuation."""
+    return sum(unicodedata.category(ch) in ("Ll", "Lu", "Lo", "Lt") for ch in phonemes)
+
+
+def has_words(text: str) -> bool:
+    """A letter or digit outside bracketed tags and placeholder words ("TODO", "n/a", "xxx"): something is said.
+
+    espeak-ng reads symbols aloud ("#" is "hash"), so phonemes alone do not prove the text is a transcript.
+    """
+    words = _BRACKETED_RE.sub(" ", text).split()
+    spoken = [word for word in words if word.strip(string.punctuation).lower() not in PLACEHOLDER_WORDS]
+    return any(unicodedata.category(ch)[0] in "LN" for word in spoken for ch in word)
+
+
 # --- many items, in parallel ---------------------------------------------------------------
 
 def _check_chunk(checker: ItemChecker, items: list[CorpusItem]) -> list[dict]:
@@ -207,13 +241,14 @@ def _crashed(item: CorpusItem) -> dict:
 def _result_to_cache(result: ItemResult) -> dict:
     """What a verdict holds besides id and line (those follow the metadata, not the file)."""
     return {"findings": [[f.severity, f.kind, f.message] for f in result.findings],
-            "seconds": result.seconds, "n_frames": result.n_frames, "ids": result.ids}
+            "seconds": result.seconds, "n_frames": result.n_frames, "ids": result.ids,
+            "n_phonemes": result.n_phonemes, "speech_seconds": result.speech_seconds}
 
 
 def _result_from_cache(item: CorpusItem, data: dict) -> ItemResult:
     findings = [Finding(item.id, item.line, severity, kind, message) for severity, kind, message in data["findings"]]
     return ItemResult(item.id, item.line, findings, item, data.get("seconds", 0.0), data.get("n_frames", 0),
-                      list(data.get("ids", [])))
+                      list(data.get("ids", [])), data.get("n_phonemes", 0), data.get("speech_seconds", 0.0))
 
 
 def settings_key(config: VoiceConfig, table: SymbolTable) -> str:
@@ -222,7 +257,8 @@ def settings_key(config: VoiceConfig, table: SymbolTable) -> str:
         "min_seconds", "max_seconds", "trim_silence", "trim_top_db", "long_silence_seconds", "silence_dbfs",
         "low_level_dbfs", "clipping_fraction", "normalize_peak"})
     blob = json.dumps({"version": [CACHE_VERSION, _package_version()], "data": data, "audio": config.audio.model_dump(mode="json"),
-                       "text": config.text.model_dump(mode="json"), "symbols": table.to_dict()}, sort_keys=True)
+                       "text": config.text.model_dump(mode="json"), "symbols": table.to_dict(),
+                       "max_phonemes": config.model.max_phonemes}, sort_keys=True)
     return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
@@ -262,24 +298,12 @@ class ValidationCache:
     def save(self, entries: dict[str, dict]) -> Optional[Path]:
         blob = json.dumps({"version": CACHE_VERSION, "entries": entries}, ensure_ascii=False)
         for path in self.candidates:
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(blob, encoding="utf-8")
-                tmp.replace(path)
-                return path
-            except OSError as exc:
+                return write_text(path, blob, durable=False)  # a speed-up only: rebuilt when lost
+            except (OSError, DiskFull) as exc:
                 log.info("cannot write the validation cache %s (%s)", path, exc)
-                _remove_quietly(tmp)
         log.warning("validation cache not written (no writable place); the next run checks every item again")
         return None
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:  # a read-only folder: there is nothing to clean up in it either
-        log.debug("cannot remove %s (%s)", path, exc)
 
 
 def cache_candidates(corpus: Corpus, key: str, cache: CacheSetting) -> list[Path]:
@@ -324,19 +348,31 @@ def validate_corpus(dataset: Path, config: VoiceConfig, format: str = "auto", wo
     results = [_result_from_cache(item, verdicts[key]) for item, key in zip(corpus.items, keys)]
     results += [ItemResult(finding.id, finding.line, [finding]) for finding in corpus.findings]
     results.sort(key=lambda result: result.line if result.line is not None else 0)
+    checks = {speaking_rate.CHECK: speaking_rate.check_speaking_rate(results, config.data)}
+    if config.data.asr_check != "off":
+        store = ValidationCache(cache_candidates(corpus, f"{settings}-asr-{asr_check.recogniser_key()}", cache))
+        checks[asr_check.CHECK] = asr_check.check_transcripts(results, config, store, _item_key, workers, progress)
     return ValidationReport(dataset=Path(dataset), format=corpus.format, results=results,
-                            unlisted_audio=corpus.unlisted_audio, settings_key=settings)
+                            unlisted_audio=corpus.unlisted_audio, settings_key=settings, checks=checks)
 
 
 def validate_command(dataset: Path, report_path: Optional[Path] = None, format: str = "auto",
-                     config_path: Optional[Path] = None) -> int:
+                     config_path: Optional[Path] = None, asr: bool = False,
+                     extra_checks: Sequence[tuple[str, Callable[[ValidationReport], dict]]] = ()) -> int:
     """`voicesmith validate`: print the summary, write the report, exit 0 (usable items) or 2 (none).
 
     The limits (durations, levels, audio and text settings) come from `config_path` when given,
-    else from the defaults.
+    else from the defaults. `asr` runs the recogniser check (warning, unless data.asr_check says
+    exclude). `extra_checks` are (name, check) pairs run on the finished report, whose records join
+    it (the CLI passes the model check here, so this module needs no model).
     """
     config = load_config(config_path) if config_path else VoiceConfig(data=DataConfig(dataset=str(dataset)))
-    report = validate_corpus(Path(dataset), config, format=format, progress=sys.stderr.isatty())
+    if asr and config.data.asr_check == "off":
+        config.data.asr_check = "warn"
+    progress = sys.stderr.isatty()
+    report = validate_corpus(Path(dataset), config, format=format, progress=progress)
+    for name, check in extra_checks:
+        report.checks[name] = check(report)
     print(report.summary())
     if report_path is not None:
         print(f"Report written to {report.save(Path(report_path))}")

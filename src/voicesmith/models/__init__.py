@@ -14,16 +14,28 @@ from voicesmith.errors import NotBuiltYet
 if TYPE_CHECKING:
     from torch import nn
 
-    from voicesmith.config import ModelConfig
+    from voicesmith.config import AudioConfig, ModelConfig
 
 
 def build_model(model_cfg: "ModelConfig", n_symbols: int, n_mels: int, n_speakers: int = 1,
-                config_path_resolver: Optional[Callable[[str], Path]] = None) -> "nn.Module":
+                config_path_resolver: Optional[Callable[[str], Path]] = None,
+                audio_cfg: Optional["AudioConfig"] = None) -> "nn.Module":
     """The model of `model_cfg.type`. `config_path_resolver` turns a path from the config into a real one
-    (pass `config.resolve`); files the model needs (a speaker encoder) are checked here, before training."""
+    (pass `config.resolve`); files the model needs (a speaker encoder) are checked here, before training.
+    Models that make or read waveforms (VITS, vocoders) need `audio_cfg` (pass `config.audio`)."""
+    if model_cfg.type == "vits":
+        from voicesmith.config import AudioConfig
+        from voicesmith.models.vits import build_vits_model
+
+        return build_vits_model(model_cfg, audio_cfg or AudioConfig(n_mels=n_mels), n_symbols, n_speakers)
     if model_cfg.type == "acoustic":
         from voicesmith.models.acoustic import build_acoustic_model
 
         return build_acoustic_model(model_cfg, n_symbols, n_mels, n_speakers, config_path_resolver)
+    if model_cfg.type == "vocoder":
+        from voicesmith.config import AudioConfig
+        from voicesmith.models.vocoder import VocoderModel
+
+        return VocoderModel(model_cfg, audio_cfg or AudioConfig(n_mels=n_mels))
     raise NotBuiltYet(f"model.type={model_cfg.type!r} is not built yet in this version of voicesmith; "
                       f"use model.type=acoustic.")

@@ -127,6 +127,10 @@ class AcousticModel(nn.Module):
 
     # --- public helpers -------------------------------------------------------
 
+    # Tensors whose rows belong to symbols / speakers: `train.init_from` maps them by name (training/init_from.py).
+    symbol_tables = ("encoder.embedding.weight",)
+    speaker_tables = ("speaker_table.weight", "speaker_centroids", "speaker_counts")
+
     def loss_names(self) -> list[str]:
         names = ["mel", "prior", "duration"]
         return names + ["speaker"] if self.uses_speaker_loss else names
@@ -198,7 +202,7 @@ class AcousticModel(nn.Module):
         """Mel from phoneme ids. `length_scale` > 1 speaks slower. `reference_mel` [B, n_mels, T] (log-mel)
         gives the style (GST) and/or the voice (external speaker encoder); without it GST uses the mean
         style and the speaker encoder the mean embedding of the asked training speaker."""
-        speaker_ids = self._speaker_ids(speaker_ids, len(phoneme_ids), phoneme_ids.device)
+        speaker_ids = self._speaker_ids(speaker_ids, phoneme_ids.shape[0], phoneme_ids.device)
         target, speaker_embedding = None, None
         if reference_mel is not None:
             if reference_lengths is None:
@@ -217,8 +221,9 @@ class AcousticModel(nn.Module):
         # turn each 1.05 into 2, making every utterance about 10 % too long.
         durations = (torch.round(frames * length_scale).clamp(min=1) * text_mask.squeeze(1)).long()
         mel_lengths = durations.sum(1)
-        alignment = durations_to_path(durations, int(mel_lengths.max()))
-        mel_mask = sequence_mask(mel_lengths).unsqueeze(1).to(h.dtype)
+        n_frames = mel_lengths.max()  # a tensor, not an int: the length stays dynamic when traced to ONNX
+        alignment = durations_to_path(durations, n_frames)
+        mel_mask = sequence_mask(mel_lengths, n_frames).unsqueeze(1).to(h.dtype)
         predicted, _ = self.decode(h, mu, alignment, durations, mel_mask, condition)
         return dict(mel=self.to_log_mel(predicted, mel_mask), mel_lengths=mel_lengths, durations=durations,
                     alignment=alignment)
@@ -237,7 +242,7 @@ class AcousticModel(nn.Module):
         """Length regulation by the alignment, then the decoder: (normalised mel, mu_frames)."""
         alignment = alignment.to(h.dtype)
         h_frames, mu_frames = torch.bmm(h, alignment), torch.bmm(mu, alignment)
-        position = position_in_phoneme(durations, mel_mask.shape[-1]).unsqueeze(1).to(h.dtype) * mel_mask
+        position = position_in_phoneme(durations, alignment).unsqueeze(1).to(h.dtype) * mel_mask
         decoder_condition = self.condition_to_decoder(condition) if condition is not None else None
         residual = self.decoder(torch.cat([h_frames, position], dim=1), mel_mask, decoder_condition)
         return (mu_frames + residual) * mel_mask, mu_frames
@@ -294,18 +299,20 @@ def log_likelihood(mu: Tensor, target: Tensor) -> Tensor:
                 - 0.5 * mu.shape[1] * math.log(2 * math.pi))
 
 
-def position_in_phoneme(durations: Tensor, n_frames: int) -> Tensor:
+def position_in_phoneme(durations: Tensor, alignment: Tensor) -> Tensor:
     """For each frame, how far into its phoneme it lies, in (0, 1): lets the decoder shape transitions.
 
-    Computed from integer durations, so it is exact in any precision; 0 past the last phoneme.
+    durations `[B, T_text]` (integers), alignment `[B, T_text, T]` (their 0/1 path) -> `[B, T]`, 0 past
+    the last phoneme. Each frame reads its phoneme's start and length through the path (matrix products
+    in fp32, exact for any realistic length), which also traces to ONNX.
     """
-    durations = durations.long()
-    ends = torch.cumsum(durations, dim=1)
-    frames = torch.arange(n_frames, device=durations.device).expand(len(durations), n_frames).contiguous()
-    phoneme = torch.searchsorted(ends, frames, right=True).clamp(max=durations.shape[1] - 1)
-    length = durations.gather(1, phoneme)
-    start = ends.gather(1, phoneme) - length
-    return ((frames - start).float() + 0.5) / length.clamp(min=1).float() * (frames < ends[:, -1:]).float()
+    path = alignment.float()
+    durations = durations.float()
+    starts = torch.cumsum(durations, dim=1) - durations
+    start = torch.bmm(starts.unsqueeze(1), path)[:, 0]  # [B, T]
+    length = torch.bmm(durations.unsqueeze(1), path)[:, 0]
+    frames = torch.arange(path.shape[-1], device=path.device, dtype=torch.float32)
+    return (frames - start + 0.5) / length.clamp(min=1) * path.sum(1)
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:

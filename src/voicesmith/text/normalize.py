@@ -24,7 +24,8 @@ TITLES = {
     "rev": "reverend", "hon": "honourable", "gen": "general", "capt": "captain", "col": "colonel",
     "lt": "lieutenant", "sgt": "sergeant", "maj": "major", "gov": "governor", "mt": "mount", "ft": "fort",
 }
-"""Abbreviations that stand before a name, so their period never ends a sentence."""
+"""Abbreviations that stand before a name, so their period never ends a sentence. "St." is one of them for
+sentence splitting, but `_expand_saint_or_street` reads it first: after a name it is "Street"."""
 
 ABBREVIATIONS = {
     **TITLES, "jr": "junior", "sr": "senior", "co": "company", "ltd": "limited", "inc": "incorporated",
@@ -39,6 +40,10 @@ _SYMBOLS = {"&": " and ", "%": " percent", "+": " plus ", "@": " at "}
 
 _ABBREVIATION_RE = re.compile(r"\b(" + "|".join(ABBREVIATIONS) + r")\.(?=\s|$)(?=(\s*$)?)(?=(\s+[A-Z])?)",
                               re.IGNORECASE)
+_SAINT_OR_STREET_RE = re.compile(r"\b(st)\.", re.IGNORECASE)
+_PREVIOUS_WORD_RE = re.compile(r"(\w+)(\W*)$")
+_NEXT_WORD_RE = re.compile(r"\s+(\w)")
+_SENTENCE_START_RE = re.compile(r"(^|[.!?]\s+)$")
 _LATIN_RE = re.compile(r"\b(e\.g\.|i\.e\.)", re.IGNORECASE)
 _LATIN = {"e.g.": "for example", "i.e.": "that is"}
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
@@ -138,12 +143,29 @@ def _expand_abbreviation(match: re.Match) -> str:
     return spoken + "." if sentence_ends else spoken
 
 
+def _expand_saint_or_street(match: re.Match) -> str:
+    """"St." before a name is Saint ("St. Mark's"), after one Street ("Main St."): a capitalised word
+    before it that does not start a sentence is a name, and a capital after it opens a name."""
+    text, written = match.string, match.group(1)
+    previous = _PREVIOUS_WORD_RE.search(text, 0, match.start())
+    follows = _NEXT_WORD_RE.match(text, match.end())
+    capital_follows = follows is not None and follows.group(1).isupper()
+    after_name = (previous is not None and previous.group(1)[0].isupper() and not previous.group(2).strip()
+                  and not _SENTENCE_START_RE.search(text, 0, previous.start()))
+    if capital_follows and not after_name:
+        return "Saint" if written[0].isupper() else "saint"
+    street = "Street" if written[0].isupper() else "street"
+    text_ends = not text[match.end():].strip()
+    return street + "." if text_ends or capital_follows else street
+
+
 def collapse_whitespace(text: str) -> str:
     return _WHITESPACE_RE.sub(" ", text).strip()
 
 
 def normalize_english(text: str) -> str:
     text = _LATIN_RE.sub(lambda match: _LATIN[match.group(1).lower()], text)
+    text = _SAINT_OR_STREET_RE.sub(_expand_saint_or_street, text)
     text = _ABBREVIATION_RE.sub(_expand_abbreviation, text)
     text = _THOUSANDS_RE.sub("", text)
     text = _CURRENCY_RE.sub(_expand_currency, text)

@@ -9,12 +9,12 @@ makes voicesmith voices id-compatible with the Piper runtime.
 from __future__ import annotations
 
 import json
-import os
 import unicodedata
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
 
 from voicesmith.errors import UserInputError
+from voicesmith.fileio import write_text
 
 PAD, BOS, EOS, SPACE = "_", "^", "$", " "
 SPECIAL = (PAD, BOS, EOS)
@@ -94,7 +94,7 @@ class SymbolTable:
 
     def __len__(self) -> int:
         """The number of ids (largest id + 1): the size of a model's symbol embedding."""
-        return 1 + max(max(ids) for ids in self._map.values())
+        return 1 + max(max(ids) for ids in self._map.values() if ids)
 
     def __contains__(self, symbol: str) -> bool:
         return symbol in self._map
@@ -104,6 +104,7 @@ class SymbolTable:
 
     def encode(self, phonemes: str) -> tuple[list[int], list[str]]:
         """`^ _ p1 _ p2 _ ... pn _ $` ids, and the symbols not in the table (each once, in order).
+        Begin and end may map to no id at all (`[]`): imported transformers/MMS voices read `_ p1 _ ... pn _`.
 
         Unknown symbols are skipped, as Piper does, so one odd character never
         costs a whole utterance; the caller reports them. A literal pad, begin
@@ -150,11 +151,7 @@ class SymbolTable:
 
     def save(self, path: Path) -> None:
         """Write JSON atomically, so a crash never leaves a table that shifts ids."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp_path.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp_path, path)
+        write_text(Path(path), json.dumps(self.to_dict(), ensure_ascii=False, indent=1))
 
     @classmethod
     def load(cls, path: Path) -> SymbolTable:
@@ -174,7 +171,7 @@ def _map_problem(phoneme_id_map: object) -> str:
     for symbol, ids in phoneme_id_map.items():
         if not isinstance(symbol, str) or len(symbol) != 1:
             return f"the key {symbol!r} is not a single character"
-        if (not isinstance(ids, Sequence) or isinstance(ids, str) or not ids
+        if (not isinstance(ids, Sequence) or isinstance(ids, str) or (not ids and symbol not in (BOS, EOS))
                 or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
             return f"{symbol!r} maps to {ids!r}, not a list of non-negative integer ids"
     missing = [symbol for symbol in SPECIAL if symbol not in phoneme_id_map]

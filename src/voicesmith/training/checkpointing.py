@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import lightning as L
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from voicesmith.checkpoint import BEST, LAST, CheckpointError, atomic_save, load_checkpoint
@@ -76,9 +76,61 @@ class LastCheckpoint(Checkpoint):
             self.saved_step = trainer.global_step
 
 
+class BatchPosition(Callback):
+    """How far into its epoch the run is, saved in every checkpoint: a run resumed mid-epoch continues
+    that epoch's batch list where it stopped (the length-bucketed sampler skips the batches done)
+    instead of replaying the epoch's start, so an interrupted and resumed run trains on the same
+    batches, in the same order, as an uninterrupted one. Skipped batches count as done.
+    """
+
+    def __init__(self):
+        self.epoch, self.batches_done = 0, 0
+        self.sampler = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        from voicesmith.data.sampler import LengthBucketBatchSampler
+
+        loader = getattr(trainer.datamodule, "train_loader", None)  # built in the datamodule's setup, just before
+        sampler = getattr(loader, "batch_sampler", None)
+        self.sampler = sampler if isinstance(sampler, LengthBucketBatchSampler) else None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch, self.batches_done = trainer.current_epoch, 0  # not called when resuming mid-epoch
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        self.batches_done += 1
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restored before the first batch is drawn (Lightning restores callbacks after `setup`)."""
+        self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
+        if self.sampler is not None and self.batches_done >= len(self.sampler):
+            self.epoch, self.batches_done = self.epoch + 1, 0  # saved after an epoch's last batch: the next one
+        if self.sampler is not None:
+            self.sampler.resume_at(self.epoch, self.batches_done)
+
+
+# train.best_metric -> what the evaluation callback logs for it (voicesmith.training.eval_callback)
+EVAL_BEST_METRICS = {"cer": "eval/cer", "dnsmos": "eval/dnsmos_shortfall", "cer_dnsmos": "eval/cer_dnsmos"}
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """best.ckpt. A validation round whose every batch had a non-finite loss logs no val_loss (such batches
+    are left out on every rank): best.ckpt then stays as it was, where Lightning would stop the run."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.monitor not in trainer.callback_metrics and not trainer.sanity_checking:
+            log.warning("No validation batch had a finite loss at step %d: %s is not updated this round.",
+                        trainer.global_step, Path(BEST).name)
+            return
+        super().on_validation_end(trainer, pl_module)
+
+
 def best_metric(config: VoiceConfig) -> str:
     """The logged metric best.ckpt (and samples/best) follow: train.best_metric, lower is better."""
-    return "eval/cer" if config.train.best_metric == "cer" else "val_loss"
+    return EVAL_BEST_METRICS.get(config.train.best_metric, "val_loss")
 
 
 def checkpoint_callbacks(config: VoiceConfig, folder: Path) -> list[Checkpoint]:
@@ -90,10 +142,10 @@ def checkpoint_callbacks(config: VoiceConfig, folder: Path) -> list[Checkpoint]:
             dirpath=folder, filename="step-{step}", monitor="step", mode="max", save_top_k=train.keep_last_k,
             every_n_train_steps=train.checkpoint_every_n_steps, auto_insert_metric_name=False,
             enable_version_counter=False, save_on_train_epoch_end=False))
-    by_cer = train.best_metric == "cer"  # eval/cer comes from the evaluation callback, every eval.every_n_steps
-    callbacks.append(ModelCheckpoint(
+    by_eval = train.best_metric in EVAL_BEST_METRICS  # eval/* come from the evaluation callback
+    callbacks.append(BestCheckpoint(
         dirpath=folder, filename=Path(BEST).stem, monitor=best_metric(config), mode="min", save_top_k=1,
-        every_n_train_steps=(config.eval.every_n_steps or None) if by_cer else None, auto_insert_metric_name=False,
+        every_n_train_steps=(config.eval.every_n_steps or None) if by_eval else None, auto_insert_metric_name=False,
         enable_version_counter=False, save_on_train_epoch_end=False))
     callbacks.append(LastCheckpoint(folder / LAST, train.checkpoint_every_n_steps))
     return callbacks

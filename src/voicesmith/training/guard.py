@@ -27,6 +27,8 @@ ADVICE = {
     "nonfinite_loss": "lower train.learning_rate or check the items named (text much longer than its audio?)",
     "nonfinite_gradient": "lower train.learning_rate or set train.grad_clip_norm",
     "out_of_memory": "lower train.batch_size or data.max_frames_per_batch",
+    "fp16_overflow": "the grad scaler lowers the loss scale by itself; when it keeps happening use "
+                     "hardware.precision=bf16-mixed (or 32) or lower train.learning_rate",
 }
 
 

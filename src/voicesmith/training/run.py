@@ -26,11 +26,14 @@ from torch import nn
 
 from voicesmith.checkpoint import BEST, CHECKPOINTS, LAST
 from voicesmith.config import VoiceConfig, load_config, preset_dict
-from voicesmith.errors import NotBuiltYet, RunFailed
+from voicesmith.errors import RunFailed
 from voicesmith.fileio import atomic_write_json
-from voicesmith.training.callbacks import CompactProgressBar, LossTable, TimeBudget, TrainingLog
-from voicesmith.training.checkpointing import (AtomicCheckpointIO, ResumePoint, best_metric, checkpoint_callbacks,
-                                               resume_point)
+from voicesmith.report import REPORT, refresh_report
+from voicesmith.rundir import owned_run_dir
+from voicesmith.training.callbacks import LossTable, TimeBudget, TrainingLog
+from voicesmith.training.checkpointing import (AtomicCheckpointIO, BatchPosition, ResumePoint, best_metric,
+                                               checkpoint_callbacks, resume_point)
+from voicesmith.training.console import Console
 from voicesmith.training.datamodule import VoiceDataModule
 from voicesmith.training.guard import SkipGuard
 from voicesmith.training.hardware import apply_env_switches, trainer_hardware
@@ -46,7 +49,7 @@ PROGRESS_LINE_STEPS = 10  # a progress line every log_every_n_steps * this many 
 
 
 def train_command(config_path: Path, resume: str = "auto", max_steps: Optional[int] = None,
-                  max_epochs: Optional[int] = None, max_samples: Optional[int] = None, stage: str = "both",
+                  max_epochs: Optional[int] = None, max_samples: Optional[int] = None, stage: Optional[str] = None,
                   overrides: Sequence[str] = ()) -> int:
     """`voicesmith train CONFIG`: 0 when the run completed, 1 when it was interrupted; errors raise
     (RunFailed: exit 1, bad input: exit 2) after summary.json is written."""
@@ -55,6 +58,8 @@ def train_command(config_path: Path, resume: str = "auto", max_steps: Optional[i
                     stage=stage)
     if rank_zero_only.rank == 0:
         where = config.run_dir / SUMMARY
+        if (config.run_dir / REPORT).is_file():
+            print(f"Report (curves, samples to listen to, data): {config.run_dir / REPORT}")
         if summary["status"] == "completed":
             print(f"Training completed at step {summary['global_step']} ({summary['reason']}). "
                   f"Checkpoint: {summary['checkpoint']}; summary: {where}")
@@ -67,32 +72,39 @@ def train_command(config_path: Path, resume: str = "auto", max_steps: Optional[i
 
 
 def train(config: VoiceConfig, resume: str = "auto", max_steps: Optional[int] = None,
-          max_epochs: Optional[int] = None, max_samples: Optional[int] = None, stage: str = "both",
+          max_epochs: Optional[int] = None, max_samples: Optional[int] = None, stage: Optional[str] = None,
           callbacks: Sequence[Callback] = (), model: Optional[nn.Module] = None) -> dict[str, Any]:
     """Train `config.model` (or `model`, a module built elsewhere) and return summary.json's content.
+
+    `stage` "both" or "vocoder" on an acoustic run adds or runs the vocoder stage (see training/stages.py).
 
     `callbacks` are added to the engine's own (e.g. evaluation during training). Raises RunFailed
     and user-input errors after writing the summary; an interrupt returns status "interrupted".
     """
+    from voicesmith.training.stages import single_stage, train_stages
+
+    if not single_stage(config, stage):
+        return train_stages(config, stage, resume=resume, max_steps=max_steps, max_epochs=max_epochs,
+                            max_samples=max_samples, callbacks=callbacks)
     apply_env_switches(config.hardware)  # before anything can touch CUDA
     run_dir = config.run_dir
     run = RunState(config, time.time())
-    with run_logging(run_dir), keep_sigint_handler(), warnings.catch_warnings():
+    with owned_run_dir(run_dir, "train", fresh=resume == "never") as claim, run_logging(run_dir), \
+            keep_sigint_handler(), warnings.catch_warnings():
         # Lightning warns that step checkpoints under manual optimisation hold the weights after the
         # step's update: exactly what step-<N>.ckpt should hold (N updates done).
         warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")  # resuming
+        # The batch sampler is resumed mid-epoch by BatchPosition, which Lightning's check does not see.
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
         # Lightning's own notes that do not apply: epoch summaries are ours, and a library deprecation.
         warnings.filterwarnings("ignore", message=r"The number of training batches .* is smaller than the logging")
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
         try:
-            if stage == "vocoder":
-                raise NotBuiltYet("--stage vocoder needs a vocoder model, which is not built yet; train with "
-                                  "--stage acoustic (voices speak through Griffin-Lim meanwhile).")
             hardware = trainer_hardware(config.hardware, has_unused_parameters=config.model.type != "acoustic")
             run.hardware = hardware
             run.point = resume_point(resume, run_dir / CHECKPOINTS)
-            log.info(run.point.describe(run_dir) if run.point else f"Starting a new run in {run_dir}.")
+            log.info((run.point.describe(run_dir) if run.point else f"Starting a new run in {run_dir}.") + claim.note)
             L.seed_everything(config.train.seed, workers=True, verbose=False)
             run.datamodule = VoiceDataModule(config, max_samples, progress=sys.stderr.isatty())
             guard = SkipGuard.from_config(config.train, run_dir / LOG_FOLDER / "skipped_batches.jsonl")
@@ -115,6 +127,8 @@ def train(config: VoiceConfig, resume: str = "auto", max_steps: Optional[int] = 
             raise
         finally:
             run.write_summary()
+            if rank_zero_only.rank == 0:
+                refresh_report(run_dir)  # the page ends with the summary the run just wrote
     return run.summary
 
 
@@ -139,7 +153,8 @@ def with_evaluation(config: VoiceConfig, callbacks: Sequence[Callback]) -> list[
 def build_trainer(config: VoiceConfig, hardware: dict[str, Any], max_steps: int, max_epochs: int,
                   extra_callbacks: list[Callback], resume: Optional[ResumePoint] = None) -> L.Trainer:
     run_dir, logging_cfg = config.run_dir, config.logging
-    callbacks: list[Callback] = [LossTable(), TrainingLog(logging_cfg.log_every_n_steps * PROGRESS_LINE_STEPS)]
+    callbacks: list[Callback] = [LossTable(), TrainingLog(logging_cfg.log_every_n_steps * PROGRESS_LINE_STEPS,
+                                                          live_line=logging_cfg.progress_bar), BatchPosition()]
     callbacks += extra_callbacks  # before samples: an evaluation's eval/cer is then seen in the same step
     if config.samples.every_n_steps or config.samples.on_best:
         callbacks.append(SamplesCallback(config, run_dir / "samples"))
@@ -151,15 +166,12 @@ def build_trainer(config: VoiceConfig, hardware: dict[str, Any], max_steps: int,
         callbacks.append(MemoryMonitor(logging_cfg.log_every_n_steps))
     if config.train.max_minutes:
         callbacks.append(TimeBudget(config.train.max_minutes))
-    show_progress_bar = logging_cfg.progress_bar and sys.stderr.isatty()
-    if show_progress_bar:
-        callbacks.append(CompactProgressBar())
     callbacks += checkpoint_callbacks(config, run_dir / CHECKPOINTS)
     return L.Trainer(
         **hardware, max_steps=max_steps, max_epochs=max_epochs,
         val_check_interval=config.train.val_every_n_steps, check_val_every_n_epoch=None, num_sanity_val_steps=0,
         log_every_n_steps=logging_cfg.log_every_n_steps, logger=build_loggers(logging_cfg, run_dir) or False,
-        callbacks=callbacks, enable_progress_bar=show_progress_bar, enable_model_summary=False,
+        callbacks=callbacks, enable_progress_bar=False, enable_model_summary=False,  # TrainingLog's live line
         plugins=[AtomicCheckpointIO(resume)], use_distributed_sampler=False, default_root_dir=str(run_dir),
         profiler=profiler)
 
@@ -283,9 +295,8 @@ def run_logging(run_dir: Path) -> Iterator[None]:
     (run_dir / LOG_FOLDER).mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.FileHandler(run_dir / LOG_FOLDER / "train.log", encoding="utf-8")]
     handlers[0].setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    if not logger.handlers and not logging.getLogger().handlers:
-        handlers.append(logging.StreamHandler(sys.stderr))
-        handlers[-1].setFormatter(logging.Formatter("%(message)s"))
+    if not logger.handlers and not logging.getLogger().handlers:  # the screen: see training/console.py
+        handlers.append(Console(sys.stderr, log_path=str(run_dir / LOG_FOLDER / "train.log")))
     previous_level = logger.level
     logger.setLevel(logging.INFO)
     lightning_logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where its notes come from

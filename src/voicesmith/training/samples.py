@@ -4,7 +4,8 @@ Every `samples.every_n_steps` steps (and on each new best of train.best_metric w
 the live model speaks `samples.texts` and the first `samples.n_references` validation items, in this
 process, in eval mode under no_grad (the Synthesizer restores train mode afterwards). Written to
 RUN_DIR/samples/step_<N>/ (or samples/best/): `<name>.wav`, `<id>_reference.wav` (the recording)
-and `<name>.png` (mel and alignment); logged to TensorBoard as audio and images. A sample that
+and `<name>.png` (mel and alignment); logged to TensorBoard as audio and images. Each sample step
+also refreshes RUN_DIR/report.html (voicesmith.report), where they can be heard side by side. A sample that
 fails on the accelerator is retried once on the CPU with a copy of the weights; a sample that fails
 there too is counted and logged, and training goes on: samples are never worth a lost run.
 """
@@ -28,7 +29,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from voicesmith.audio import check_wav, write_wav
 from voicesmith.config import VoiceConfig
 from voicesmith.inference import SynthesisResult, Synthesizer
+from voicesmith.report import refresh_report
 from voicesmith.training.checkpointing import best_metric
+from voicesmith.training.console import ROUTINE
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,15 @@ class SamplesCallback(Callback):
         self.seconds += seconds
         for logger in trainer.loggers:
             logger.log_metrics({"time/samples_s": seconds}, step=step)
-        log.info("Wrote %d of %d sample(s) to %s in %.1f s.", self.written - written_before, len(jobs), folder, seconds)
+        log.info("Wrote %d of %d sample(s) to %s in %.1f s.", self.written - written_before, len(jobs), folder, seconds,
+                 extra=ROUTINE)
+        if folder.name != "best":  # RUN_DIR/report.html follows the sample steps, with metrics.csv up to this one
+            started = time.perf_counter()
+            for logger in trainer.loggers:
+                logger.save()
+            refresh_report(self.config.run_dir, training_step=step)
+            for logger in trainer.loggers:
+                logger.log_metrics({"time/report_s": time.perf_counter() - started}, step=step)
 
     def _synthesize(self, pl_module: L.LightningModule, model: torch.nn.Module, speak: Speak,
                     name: str) -> Optional[SynthesisResult]:
