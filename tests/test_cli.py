@@ -90,4 +90,5 @@ def test_doctor_checks_the_paths_of_a_config(tmp_path: Path):
 
     checks = {check.name: check for check in check_config(tmp_path / "run" / "config.yaml")}
     assert checks["data.dataset"].status == "ok"
+    assert checks["data.dataset"].detail.endswith("(outside the run directory)")  # ../corpus leaves the run folder
     assert checks["train.init_from"].status == "fail" and "base.ckpt does not exist" in checks["train.init_from"].detail

@@ -161,6 +161,20 @@ def test_trainer_hardware_from_config(monkeypatch):
     assert trainer_hardware(HardwareConfig(accelerator="cpu"))["devices"] == 4
 
 
+def test_slurm_srun_decides_devices_and_nodes_where_the_config_keeps_its_defaults():
+    from voicesmith.training.hardware import resolve_devices
+
+    srun = {"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "voice", "SLURM_NTASKS": "8", "SLURM_NNODES": "2",
+            "SLURM_NTASKS_PER_NODE": "4"}
+    assert resolve_devices(HardwareConfig(), srun) == (4, 2)
+    assert resolve_devices(HardwareConfig(), {**srun, "SLURM_NTASKS_PER_NODE": ""}) == (4, 2)  # 8 tasks / 2 nodes
+    assert resolve_devices(HardwareConfig(), {**srun, "SLURM_NTASKS_PER_NODE": "", "SLURM_TASKS_PER_NODE": "4(x2)"}) \
+        == (4, 2)
+    assert resolve_devices(HardwareConfig(devices=2, num_nodes=1), srun) == (2, 2)  # the config's own value wins
+    assert resolve_devices(HardwareConfig(), {**srun, "SLURM_JOB_NAME": "bash"}) == (1, 1)  # an interactive shell
+    assert resolve_devices(HardwareConfig(), {}) == (1, 1)
+
+
 def test_cuda_debug_switches_are_set_in_the_environment(monkeypatch):
     from voicesmith.training.hardware import apply_env_switches
 

@@ -164,12 +164,17 @@ def check_config(config_path: Path) -> list[Check]:
             continue
         path = config.resolve(value)
         if path.exists():
-            checks.append(Check(key, "ok", str(path)))
+            checks.append(Check(key, "ok", str(path) + _outside_note(path, config.base_dir)))
         else:
             checks.append(Check(key, "fail", f"{path} does not exist (from {key}: {value!r}, relative to "
                                              f"{config.base_dir})", f"fix {key} in {config_path}"))
     checks.append(check_writable(config.resolve(config.data.cache_dir)))
     return checks
+
+
+def _outside_note(path: Path, run_dir: Path) -> str:
+    """Paths that leave the run directory are said so: moving or sharing the run folder does not take them along."""
+    return "" if path.resolve().is_relative_to(run_dir.resolve()) else " (outside the run directory)"
 
 
 def _existing_parent(folder: Path) -> Path:

@@ -49,6 +49,10 @@ _BRACKETED_RE = re.compile(r"\[[^\]]*\]|<[^>]*>|\{[^}]*\}")  # [inaudible], <unk
 PLACEHOLDER_WORDS = frozenset({"todo", "tbd", "xxx", "n/a", "placeholder", "untranscribed", "null"})
 
 
+HEADER_LENGTH_FACTOR = 3  # a header declaring more than this x data.max_seconds is refused undecoded
+# (trimming long silences can bring a somewhat longer clip under the limit; nothing brings 3x under it)
+
+
 # --- one item ----------------------------------------------------------------------------
 
 @dataclass
@@ -141,6 +145,12 @@ class ItemChecker:
             return
         if info.frames == 0:
             self._add(result, "error", "empty_file", f"{path} holds no samples; re-record or remove this item.")
+            return
+        declared = info.frames / max(info.samplerate, 1)
+        if declared > HEADER_LENGTH_FACTOR * data.max_seconds:  # refused from the header, before decoding
+            self._add(result, "error", "too_long",
+                      f"its header declares {declared:.0f} s of audio, far above data.max_seconds = "
+                      f"{data.max_seconds:g} s; it was not decoded. Split the recording (and its text).")
             return
         try:
             conditioned = condition_audio(path, audio, data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Union
+from typing import Any, Mapping, Optional, Union
 
 import torch
 
@@ -79,20 +79,41 @@ def configure_backends(hw: HardwareConfig, accelerator: str) -> None:
         torch.backends.cudnn.allow_tf32 = hw.tf32
 
 
-def resolve_devices(hw: HardwareConfig) -> Union[int, str]:
-    """Under torchrun the processes per node are already decided: use them when the config says 1."""
-    launched = os.environ.get("LOCAL_WORLD_SIZE")
+def resolve_devices(hw: HardwareConfig, env: Optional[Mapping[str, str]] = None) -> tuple[Union[int, str], int]:
+    """(devices per node, nodes). Under torchrun or SLURM's srun the processes are already decided: use the
+    launcher's layout where the config keeps its defaults (devices 1 or auto, one node)."""
+    env = os.environ if env is None else env
+    devices, nodes = hw.devices, hw.num_nodes
+    launched = env.get("LOCAL_WORLD_SIZE")
     if launched and int(launched) > 1 and hw.devices in (1, "auto"):
         log.info("Started by torchrun with %s processes per node: hardware.devices=%s", launched, launched)
-        return int(launched)
-    return hw.devices
+        devices = int(launched)
+    elif "SLURM_NTASKS" in env and "SLURM_NNODES" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        slurm_nodes = int(env["SLURM_NNODES"])
+        per_node = _slurm_tasks_per_node(env, slurm_nodes)
+        if hw.devices in (1, "auto") and per_node > 1:
+            devices = per_node
+        if hw.num_nodes == 1 and slurm_nodes > 1:
+            nodes = slurm_nodes
+        if (devices, nodes) != (hw.devices, hw.num_nodes):
+            log.info("Started by SLURM with %s task(s) per node on %s node(s): hardware.devices=%s, "
+                     "hardware.num_nodes=%s", per_node, slurm_nodes, devices, nodes)
+    return devices, nodes
 
 
-def strategy_for(hw: HardwareConfig, devices: Union[int, str], has_unused_parameters: bool) -> str:
+def _slurm_tasks_per_node(env: Mapping[str, str], nodes: int) -> int:
+    """SLURM_NTASKS_PER_NODE ("4", or "4(x2)" in SLURM_TASKS_PER_NODE), else the tasks spread evenly."""
+    text = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")
+    head = text.split("(")[0].split(",")[0]
+    return int(head) if head.isdigit() else max(1, int(env["SLURM_NTASKS"]) // max(nodes, 1))
+
+
+def strategy_for(hw: HardwareConfig, devices: Union[int, str], has_unused_parameters: bool,
+                 num_nodes: Optional[int] = None) -> str:
     """DDP when more than one process trains; GANs leave one network idle in each backward pass."""
     if hw.strategy != "auto":
         return hw.strategy
-    several = (isinstance(devices, int) and devices > 1) or hw.num_nodes > 1
+    several = (isinstance(devices, int) and devices > 1) or (num_nodes or hw.num_nodes) > 1
     if not several:
         return "auto"
     return "ddp_find_unused_parameters_true" if has_unused_parameters else "ddp"
@@ -103,7 +124,7 @@ def trainer_hardware(hw: HardwareConfig, has_unused_parameters: bool = False) ->
     accelerator = resolve_accelerator(hw)
     precision = check_precision(accelerator, hw.precision)
     configure_backends(hw, accelerator)
-    devices = resolve_devices(hw)
-    return dict(accelerator=accelerator, devices=devices, num_nodes=hw.num_nodes,
-                strategy=strategy_for(hw, devices, has_unused_parameters), precision=precision,
+    devices, num_nodes = resolve_devices(hw)
+    return dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
+                strategy=strategy_for(hw, devices, has_unused_parameters, num_nodes), precision=precision,
                 detect_anomaly=hw.detect_anomaly, deterministic=hw.deterministic)

@@ -144,17 +144,10 @@ class MultiResolutionDiscriminator(_DiscriminatorSet):
         self.discriminators = nn.ModuleList(DiscriminatorR(r) for r in resolutions)
 
 
-class CombinedDiscriminator(nn.Module):
-    """Several discriminator sets as one: their scores and features concatenated in order."""
+class CombinedDiscriminator(_DiscriminatorSet):
+    """Several discriminator sets as one: their sub-discriminators in order (the first keeps its indices,
+    so a multi-period discriminator's weights load by the same names with or without a second set)."""
 
-    def __init__(self, *discriminators: nn.Module):
+    def __init__(self, *sets: _DiscriminatorSet):
         super().__init__()
-        self.discriminators = nn.ModuleList(discriminators)
-
-    def forward(self, audio: Tensor) -> tuple[Scores, Features]:
-        scores, features = [], []
-        for discriminator in self.discriminators:
-            part_scores, part_features = discriminator(audio)
-            scores.extend(part_scores)
-            features.extend(part_features)
-        return scores, features
+        self.discriminators = nn.ModuleList(sub for discriminator_set in sets for sub in discriminator_set.discriminators)
