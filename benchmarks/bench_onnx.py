@@ -137,8 +137,6 @@ def spinning_table(seconds: dict) -> str:
 
 def untrained_run(run_dir: Path, preset: str) -> Path:
     """A run of a VITS preset with a checkpoint of fresh weights, in the checkpoint contract's format."""
-    import torch
-
     from voicesmith.checkpoint import atomic_save
     from voicesmith.config import init_run, load_config
     from voicesmith.models import build_model

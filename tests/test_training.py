@@ -15,7 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from voicesmith.config import VoiceConfig, apply_override, preset_dict, validate_config
+from run_helpers import write_run_config
+from voicesmith.config import VoiceConfig
 from voicesmith.errors import ConfigError, DataError, RunFailed
 from voicesmith.training import train
 
@@ -33,12 +34,7 @@ def shared_cache(demo_corpus, tmp_path_factory) -> Path:
 @pytest.fixture
 def make_run(demo_corpus, shared_cache, tmp_path):
     def make(*overrides: str, name: str = "run") -> VoiceConfig:
-        raw = preset_dict("tiny", str(demo_corpus))
-        for item in [f"data.cache_dir={shared_cache}", *QUICK, *overrides]:
-            apply_override(raw, item)
-        config = validate_config(raw, source="test")
-        config.save(tmp_path / name / "config.yaml")
-        return config
+        return write_run_config(tmp_path / name, demo_corpus, [f"data.cache_dir={shared_cache}", *QUICK, *overrides])
 
     return make
 

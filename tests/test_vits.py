@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from voicesmith.checkpoint import load_checkpoint
-from voicesmith.config import apply_override, make_config, preset_dict, validate_config
+from run_helpers import write_run_config
+from voicesmith.config import make_config
 from voicesmith.errors import ConfigError, UserInputError
 from voicesmith.inference import Synthesizer
 from voicesmith.models import build_model
@@ -53,12 +54,8 @@ def fake_batch(n_symbols: int = 40, seed: int = 1) -> dict:
 @pytest.fixture
 def make_vits_run(tmp_path):
     def make(corpus: Path, *overrides: str, name: str = "run"):
-        raw = preset_dict("tiny", str(corpus), "vits")
-        for item in [f"data.cache_dir={tmp_path / 'cache' / corpus.name}", *SLIM, *overrides]:
-            apply_override(raw, item)
-        config = validate_config(raw, source="test")
-        config.save(tmp_path / name / "config.yaml")
-        return config
+        return write_run_config(tmp_path / name, corpus, [f"data.cache_dir={tmp_path / 'cache' / corpus.name}",
+                                                          *SLIM, *overrides], model_type="vits")
 
     return make
 

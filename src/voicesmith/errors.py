@@ -35,7 +35,3 @@ class RunFailed(VoicesmithError):
 class DiskFull(VoicesmithError):
     """A write ran out of disk space (ENOSPC, quota); the message names the file and what to free. Exit 1.
     Not an OSError on purpose: code that tolerates a bad input file must not swallow a full disk."""
-
-
-class NotBuiltYet(VoicesmithError):
-    """A command whose part is not built yet: say so, never pretend."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from voicesmith.errors import NotBuiltYet
+from voicesmith.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -37,5 +37,4 @@ def build_model(model_cfg: "ModelConfig", n_symbols: int, n_mels: int, n_speaker
         from voicesmith.models.vocoder import VocoderModel
 
         return VocoderModel(model_cfg, audio_cfg or AudioConfig(n_mels=n_mels))
-    raise NotBuiltYet(f"model.type={model_cfg.type!r} is not built yet in this version of voicesmith; "
-                      f"use model.type=acoustic.")
+    raise ConfigError(f"model.type={model_cfg.type!r} is not a model voicesmith knows; use acoustic, vits or vocoder.")
