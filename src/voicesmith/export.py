@@ -152,21 +152,21 @@ def write_verified(out: Path, onnx_bytes: bytes, config: dict, voice: LoadedVoic
 def load_voice(source: Path, vocoder: Optional[str] = None) -> LoadedVoice:
     """The text -> waveform model of a checkpoint, run directory or exported-weights folder, ready to trace:
     a VITS model, or an acoustic model joined with its trained vocoder."""
-    from voicesmith.inference import _n_speakers, _run_dir_of, find_model_file
+    from voicesmith.inference import find_model_file, run_dir_of, speakers_in_weights
     from voicesmith.models import build_model
 
     path = find_model_file(source)
     ckpt = load_exported(path) if path.is_dir() else load_checkpoint(path)
     block = ckpt["voicesmith"]
     config = validate_config(block["config"], source=f"the config stored in {path}")
-    config._path = _run_dir_of(path) / "config.yaml"  # the run's own vocoder is found from there
+    config._path = run_dir_of(path) / "config.yaml"  # the run's own vocoder is found from there
     model_type = block.get("model_type", config.model.type)
     if model_type not in EXPORTABLE:
         raise UserInputError(f"{path} holds a {model_type!r} model; Piper's format holds voices that read text: "
                              f"a VITS voice (`voicesmith init DATASET RUN_DIR --model vits`) or an acoustic voice "
                              f"with its trained vocoder.")
     state, symbols = model_state(ckpt), SymbolTable.from_dict(block["symbols"], source=f"symbol table in {path}")
-    n_speakers = _n_speakers(state)
+    n_speakers = speakers_in_weights(state)
     model = build_model(config.model, len(symbols), config.audio.n_mels, n_speakers, config.resolve, config.audio)
     try:
         model.load_state_dict(state)

@@ -95,13 +95,13 @@ class Synthesizer:
         ckpt = load_exported(path) if path.is_dir() else load_checkpoint(path)
         block = ckpt["voicesmith"]
         config = validate_config(block["config"], source=f"the config stored in {path}")
-        config._path = _run_dir_of(path) / "config.yaml"  # relative paths (a speaker encoder) resolve there
+        config._path = run_dir_of(path) / "config.yaml"  # relative paths (a speaker encoder) resolve there
         if block.get("model_type", config.model.type) not in VOICE_TYPES:
             raise UserInputError(f"{path} holds a {block.get('model_type')!r} model, not a voice that reads text; "
                                  f"pass an acoustic or VITS run (a vocoder goes with --vocoder).")
         state, symbols = model_state(ckpt), SymbolTable.from_dict(block["symbols"])
         model = build_model(config.model, len(symbols), config.audio.n_mels,
-                            _n_speakers(state), config.resolve, config.audio)
+                            speakers_in_weights(state), config.resolve, config.audio)
         try:
             model.load_state_dict(state)
         except RuntimeError as exc:
@@ -261,7 +261,7 @@ def _block_alignment(durations: list[np.ndarray], pause_frames: int, n_frames: i
     return alignment
 
 
-def _n_speakers(state: dict[str, torch.Tensor]) -> int:
+def speakers_in_weights(state: dict[str, torch.Tensor]) -> int:
     """How many speakers the saved model was built for, read from its own weights."""
     for key in ("speaker_table.weight", "speaker_centroids", "emb_g.weight"):
         if key in state:
@@ -286,7 +286,7 @@ def find_model_file(path: Path) -> Path:
                          f"exported voice folder.")
 
 
-def _run_dir_of(path: Path) -> Path:
+def run_dir_of(path: Path) -> Path:
     """The run directory a checkpoint belongs to: RUN_DIR/checkpoints/x.ckpt -> RUN_DIR."""
     path = path.resolve()
     if path.is_dir():

@@ -15,6 +15,7 @@ Submodules carry the names of the original code and of Piper's `model_g` (`enc_p
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
@@ -299,9 +300,7 @@ def build_discriminator(cfg: ModelConfig) -> nn.Module:
 
 def check_vits_config(cfg: ModelConfig, audio: AudioConfig) -> None:
     """Refuse settings that cannot work, before any weight is built."""
-    hop = 1
-    for rate in cfg.upsample_rates:
-        hop *= rate
+    hop = math.prod(cfg.upsample_rates)
     if hop != audio.hop_length:
         raise ConfigError(f"model.upsample_rates {cfg.upsample_rates} multiply to {hop}, but audio.hop_length is "
                           f"{audio.hop_length}: the decoder must make exactly one hop of samples per frame.")
