@@ -1,61 +1,85 @@
-"""Fine-tuning a published voice vs training from scratch (issue 12), on the CPU.
+"""Fine-tuning a published voice vs training from scratch, for the same CPU minutes (issue 12).
 
-Both runs train the same architecture (Piper medium) for the same number of steps on the same
-demo corpus (espeak-ng speech, 22050 Hz) with the same batch size and validation split:
-- warm: `voicesmith import-voice en_US-joe-medium.onnx` (the real published joe voice) -> train;
-- scratch: `voicesmith init --model vits --preset medium` -> train.
-Each keeps its own defaults otherwise (fine-tuning: learning rate 1e-4; scratch: the preset's 2e-4).
+Three runs train the same architecture (Piper medium) on the same demo-corpus voice (espeak-ng speech,
+22050 Hz) with the same batch size and validation split, side by side:
+- warm_hold: `voicesmith import-voice en_US-joe-medium.onnx` (the published joe voice) -> train, with
+  the import's warm-up (the imported parts held for the first `--hold-steps` steps, while the
+  posterior encoder, the duration predictor's posterior flows and the discriminator, which an ONNX
+  voice lacks, learn against them) and the fine-tuning defaults (learning rate 1e-4);
+- warm: the same import trained with no warm-up (`train.freeze_steps=0`);
+- scratch: `voicesmith init --model vits --preset medium` -> train (the preset's 2e-4).
 
-Measured after N steps, on the held-out validation items: character error rate of the offline
-recogniser on the synthesis (CER; the recogniser on the real recordings is the floor) and MCD against
-the recordings; plus the training mel L1 (mean of the last 5 steps). The imported voice before any
-step is measured too. Wall-clock seconds per run are given; the machine is shared (load average
-beside the numbers).
+All run at once, each in its own process with one thread, so each sees the same machine. Time is each
+process's own CPU time (`time.process_time`), so a neighbour's load slows both alike and costs neither
+any budget (counted from the first training step). At every `--eval-every` CPU minutes a run saves its
+weights; when both are done, every saved point (and the imported voice, at minute 0) is scored on the same
+held-out validation items: character error rate of the offline recogniser on the synthesis (CER; the
+recogniser on the real recordings is the floor) and MCD against the recordings. The curves are plotted.
 
-    python benchmarks/bench_finetune.py --work /tmp/bench_ft --steps 20 --out benchmarks/RESULTS_finetune.md
+    python benchmarks/bench_finetune.py --work /tmp/bench_ft --cpu-minutes 30 --eval-every 5 \
+        --out benchmarks/RESULTS_finetune.md      # and benchmarks/finetune_curve.png beside it
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+ARMS = ("warm_hold", "warm", "scratch")
+LABELS = {"warm_hold": "fine-tuned from joe-medium (ONNX), warm-up", "warm": "fine-tuned from joe-medium, no warm-up",
+          "scratch": "medium from scratch"}
 OVERRIDES = ["train.batch_size={batch}", "samples.every_n_steps=0", "samples.on_best=false", "eval.every_n_steps=0",
              "data.num_workers=0", "data.val_fraction=0.1", "train.val_every_n_steps=100000",
-             "train.checkpoint_every_n_steps={steps}", "logging.progress_bar=false", "logging.log_every_n_steps=1"]
+             "train.checkpoint_every_n_steps=100000", "logging.progress_bar=false"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--cpu-minutes", type=float, default=30.0, help="CPU budget of each run")
+    parser.add_argument("--eval-every", type=float, default=5.0, help="CPU minutes between scored points")
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--utterances", type=int, default=100)
-    parser.add_argument("--eval-limit", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--eval-limit", type=int, default=10, help="held-out items scored per point")
+    parser.add_argument("--hold-steps", type=int, default=60, help="warm_hold: steps of the import's warm-up")
+    parser.add_argument("--out", type=Path, default=None, help="markdown; the plot is written beside it")
+    parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    overrides = [item.format(batch=args.batch) for item in OVERRIDES]
+    arm_overrides = {"warm_hold": [f"train.freeze_steps={args.hold_steps}"], "warm": ["train.freeze_steps=0"],
+                     "scratch": []}
+    if args.child:
+        return train_arm(args.work / args.child, overrides + arm_overrides[args.child], args.cpu_minutes,
+                         args.eval_every)
     args.work.mkdir(parents=True, exist_ok=True)
     corpus = _corpus(args.work / "corpus", args.utterances)
-    overrides = [item.format(batch=args.batch, steps=args.steps) for item in OVERRIDES]
-    results = {"steps": args.steps, "batch": args.batch, "utterances": args.utterances,
-               "load_average": os.getloadavg()[0], "cpu_count": os.cpu_count()}
-    warm_run, scratch_run = args.work / "warm", args.work / "scratch"
-    _import_joe(warm_run, corpus)
-    _init_scratch(scratch_run, corpus)
-    for name, run in (("warm", warm_run), ("scratch", scratch_run)):
-        results[name] = _train(run, overrides, args.steps)
-    results["imported_before_training"] = _evaluate(warm_run, warm_run / "imported" / "voice.ckpt", overrides,
-                                                    args.eval_limit)
-    for name, run in (("warm", warm_run), ("scratch", scratch_run)):
-        results[name].update(_evaluate(run, run / "checkpoints" / "last.ckpt", overrides, args.eval_limit))
+    for arm in ("warm_hold", "warm"):
+        _import_joe(args.work / arm, corpus)
+    _init_scratch(args.work / "scratch", corpus)
+    started, load_start = time.time(), os.getloadavg()[0]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    children = {arm: subprocess.Popen([sys.executable, __file__, "--work", str(args.work), "--child", arm,
+                                       "--cpu-minutes", str(args.cpu_minutes), "--eval-every", str(args.eval_every),
+                                       "--batch", str(args.batch), "--hold-steps", str(args.hold_steps)], env=env,
+                                      stdout=(args.work / f"{arm}.log").open("w"), stderr=subprocess.STDOUT)
+                for arm in ARMS}
+    for arm, child in children.items():
+        if child.wait():
+            sys.exit(f"the {arm} run failed; see {args.work / f'{arm}.log'}")
+    results = {"cpu_minutes": args.cpu_minutes, "batch": args.batch, "utterances": args.utterances,
+               "hold_steps": args.hold_steps,
+               "wall_minutes": round((time.time() - started) / 60, 1), "load_average_start": load_start,
+               "load_average_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
+               "curves": score_points(args.work, overrides, args.eval_limit)}
     (args.work / "bench_finetune.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(json.dumps(results, indent=1))
     if args.out:
+        plot(results, args.out.with_name("finetune_curve.png"))
         args.out.write_text(render(results), encoding="utf-8")
 
 
@@ -81,53 +105,117 @@ def _init_scratch(run: Path, corpus: Path) -> None:
         init_run(corpus, run, "vits", "medium")
 
 
-def _train(run: Path, overrides: list[str], steps: int) -> dict:
+# --- one run, in its own process ------------------------------------------------------------------------
+
+def train_arm(run: Path, overrides: list[str], cpu_minutes: float, every: float) -> None:
+    """Train until this process has used `cpu_minutes` of CPU, saving the weights every `every` minutes."""
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from voicesmith.checkpoint import atomic_save, voicesmith_block
     from voicesmith.config import load_config
     from voicesmith.training import train
 
-    started = time.perf_counter()
-    summary = train(load_config(run / "config.yaml", overrides), resume="auto", max_steps=steps)
-    seconds = time.perf_counter() - started
-    mel = [float(row["loss/mel"]) for row in csv.DictReader((run / "logs" / "metrics.csv").open())
-           if row.get("loss/mel")]
-    return {"status": summary["status"], "global_step": summary["global_step"], "train_seconds": round(seconds, 1),
-            "mel_first": mel[0] if mel else None, "mel_last5": statistics.fmean(mel[-5:]) if mel else None}
+    torch.set_num_threads(1)
+    points = run / "points"
+    points.mkdir(exist_ok=True)
+
+    class CpuMarks(Callback):
+        def __init__(self):
+            self.next_mark, self.start = every, 0.0
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.start = time.process_time()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            used = (time.process_time() - self.start) / 60
+            if used < self.next_mark:
+                return
+            state = {f"model.{key}": value.detach().clone() for key, value in pl_module.model.state_dict().items()}
+            block = voicesmith_block(pl_module.config, pl_module.symbols, pl_module.speakers, trainer.global_step)
+            atomic_save({"state_dict": state, "voicesmith": block}, points / f"cpu_{self.next_mark:06.2f}_step_{trainer.global_step}.ckpt")
+            print(f"point at {used:.2f} CPU minutes, step {trainer.global_step}", flush=True)
+            self.next_mark += every
+            trainer.should_stop = self.next_mark > cpu_minutes + 1e-9
+
+    summary = train(load_config(run / "config.yaml", overrides), resume="never", max_steps=10**7,
+                    callbacks=[CpuMarks()])
+    print(json.dumps({"status": summary["status"], "global_step": summary["global_step"]}), flush=True)
 
 
-def _evaluate(run: Path, checkpoint: Path, overrides: list[str], limit: int) -> dict:
+# --- scoring and the report ------------------------------------------------------------------------------
+
+def score_points(work: Path, overrides: list[str], limit: int) -> dict:
+    """CER and MCD of every saved point of both runs, on the same held-out items."""
     from voicesmith.config import load_config
     from voicesmith.evaluate import evaluate, validation_items
     from voicesmith.inference import Synthesizer
 
-    synth = Synthesizer.load(checkpoint)
-    items = validation_items(load_config(run / "config.yaml", overrides), synth.symbols)
-    scores = evaluate(synth, items, limit)
-    return {key: scores.get(key) for key in ("cer", "reference_cer", "wer", "mcd", "duration_ratio", "n_items")}
+    references: dict = {}
+    curves: dict[str, list[dict]] = {}
+    for arm in ARMS:
+        config = load_config(work / arm / "config.yaml", overrides)
+        saved = sorted((work / arm / "points").glob("cpu_*.ckpt"))
+        points = [(float(p.stem.split("_")[1]), int(p.stem.split("_")[3]), p) for p in saved]
+        if arm != "scratch":
+            points.insert(0, (0.0, 0, work / arm / "imported" / "voice.ckpt"))
+        curves[arm] = []
+        for minutes, step, checkpoint in points:
+            synth = Synthesizer.load(checkpoint)
+            items = validation_items(config, synth.symbols)
+            scores = evaluate(synth, items, limit, references=references)
+            curves[arm].append({"cpu_minutes": minutes, "step": step, **{key: scores.get(key) for key in (
+                "cer", "reference_cer", "mcd", "duration_ratio", "n_items")}, "items": [i.id for i in items[:limit]]})
+            print(arm, curves[arm][-1]["cpu_minutes"], {k: curves[arm][-1][k] for k in ("step", "cer", "mcd")},
+                  flush=True)
+    if len({tuple(curve[-1]["items"]) for curve in curves.values()}) > 1:
+        raise SystemExit("the runs hold out different items; they cannot be compared")
+    return curves
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for metric, axis in zip(("cer", "mcd"), axes):
+        for arm in ARMS:
+            curve = results["curves"][arm]
+            axis.plot([p["cpu_minutes"] for p in curve], [p[metric] for p in curve], marker="o", label=LABELS[arm])
+        axis.set_xlabel("CPU minutes (one thread each)")
+        axis.set_ylabel({"cer": "CER (held-out, lower is better)", "mcd": "MCD dB (lower is better)"}[metric])
+        axis.grid(alpha=0.3)
+    floor = results["curves"]["warm"][0].get("reference_cer")
+    if floor is not None:
+        axes[0].axhline(floor, color="grey", linestyle="--", label="recogniser on the recordings")
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
 
 
 def render(results: dict) -> str:
-    warm, scratch, before = results["warm"], results["scratch"], results["imported_before_training"]
-
-    def ratio(key: str, source: dict = warm) -> str:
-        return f"{source[key] / scratch[key]:.2f}×" if source.get(key) and scratch.get(key) else "-"
-
-    rows = [("imported joe, before any step", before, "-"), (f"warm start from joe, {results['steps']} steps", warm,
-                                                              warm["train_seconds"]),
-            (f"from scratch (medium), {results['steps']} steps", scratch, scratch["train_seconds"])]
-    lines = ["# Fine-tuning a published voice vs training from scratch (CPU)", "",
-             f"`python benchmarks/bench_finetune.py --steps {results['steps']} --batch {results['batch']}`: "
-             f"{results['utterances']}-utterance demo corpus (espeak-ng, 22050 Hz), Piper medium architecture "
-             f"for both, batch {results['batch']}, held-out validation items ({before['n_items']} scored). "
-             f"{results['cpu_count']} CPU cores shared with other jobs (load average {results['load_average']:.1f} "
-             f"at the start).", "",
-             "| model | CER | MCD dB | duration ratio | train mel L1 (last 5 steps) | train seconds |",
-             "|---|---|---|---|---|---|"]
-    for name, scores, seconds in rows:
-        lines.append(f"| {name} | {_fmt(scores.get('cer'))} | {_fmt(scores.get('mcd'))} | "
-                     f"{_fmt(scores.get('duration_ratio'))} | {_fmt(scores.get('mel_last5'))} | {seconds} |")
-    lines += ["", f"The recogniser on the real recordings (the floor): CER {_fmt(before.get('reference_cer'))}.", "",
-              f"Warm start vs scratch after the same {results['steps']} steps: CER {ratio('cer')}, MCD {ratio('mcd')}, "
-              f"train mel L1 {ratio('mel_last5')} (below 1: the warm start is better).", ""]
+    curves = results["curves"]
+    first = curves["warm"][0]
+    lines = ["# Fine-tuning a published voice vs training from scratch, same CPU minutes", "",
+             f"`python benchmarks/bench_finetune.py --cpu-minutes {results['cpu_minutes']:g} --hold-steps "
+             f"{results['hold_steps']}`: {results['utterances']}-utterance demo-corpus voice (espeak-ng, 22050 Hz), "
+             f"Piper medium architecture for every run, batch {results['batch']}, all runs at once with one thread "
+             f"each ({results['wall_minutes']} wall minutes; {results['cpu_count']} CPU cores, load average "
+             f"{results['load_average_start']:.1f} at the start, {results['load_average_end']:.1f} at the end). "
+             f"Scored on the same {first['n_items']} held-out items.", "", "![curves](finetune_curve.png)", "",
+             "| CPU minutes | " + " | ".join(f"{LABELS[arm]}: step, CER, MCD dB" for arm in ARMS) + " |",
+             "|---|" + "---|" * len(ARMS)]
+    minutes = sorted({point["cpu_minutes"] for curve in curves.values() for point in curve})
+    for minute in minutes:
+        cells = []
+        for arm in ARMS:
+            point = next((p for p in curves[arm] if p["cpu_minutes"] == minute), None)
+            cells.append("-" if point is None else f"{point['step']}, {_fmt(point['cer'])}, {_fmt(point['mcd'])}")
+        lines.append(f"| {minute:g} | " + " | ".join(cells) + " |")
+    lines += ["", f"The recogniser on the real recordings (the floor): CER {_fmt(first.get('reference_cer'))}. "
+              "Minute 0 is the imported joe voice before any step.", ""]
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ process), so it counts in the peak RSS but not in sec/step. Spawned cache worker
 reported separately (`RUSAGE_CHILDREN`).
 
     python benchmarks/bench_vits.py --corpus /tmp/peerbench/corpus --work /tmp/peerbench --rounds 2 \
-        --out benchmarks/RESULTS_vits.md
+        --python /tmp/vsvenv/bin/python --out benchmarks/RESULTS_vits.md   # a runtime-only venv, as the peers
     python benchmarks/bench_vits.py --corpus /tmp/peerbench/corpus --work /tmp/peerbench --rounds 0 \
         --presets tiny:8:26,medium:8:10 --out benchmarks/RESULTS_vits.md
     python benchmarks/bench_vits.py --corpus /tmp/peerbench/corpus --work /tmp/peerbench --profile 4
@@ -149,7 +149,8 @@ def child(args: argparse.Namespace) -> None:
               "torch": torch.__version__, "rss_before_imports_mb": round(rss_start),
               "rss_milestones_mb": {k: round(v) for k, v in timer.rss.items()},
               "rss_at_exit_mb": round(peak_rss_mb()), "rss_children_mb": round(peak_rss_mb(resource.RUSAGE_CHILDREN)),
-              "skipped": summary.get("batches_skipped"), "last_losses": summary.get("last_losses")}
+              "skipped": summary.get("batches_skipped"), "last_losses": summary.get("last_losses"),
+              "transformers_imported": "transformers" in sys.modules}
     print("voicesmith: " + json.dumps(detail), flush=True)
     print(f"PEER {args.name} sec_per_step={timed_median(wall, args.steps):.3f} "
           f"params_g={timer.params['generator']} params_d={timer.params['discriminator']} batch={args.batch} "
@@ -220,7 +221,7 @@ def make_dataset(corpus: Path, work: Path, peer_dir: Path) -> Path:
 
 def child_command(args: argparse.Namespace, dataset: Path, name: str, preset: str, batch: int, steps: int,
                   peer_config: bool) -> list[str]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--dataset", str(dataset),
+    command = [str(args.python), str(Path(__file__).resolve()), "--child", "--dataset", str(dataset),
                "--run-dir", str(args.work / f"run_{name}"), "--name", name, "--preset", preset,
                "--batch", str(batch), "--steps", str(steps)]
     return command + (["--peer-config"] if peer_config else [])
@@ -422,6 +423,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--presets", default="", help="PRESET:BATCH:STEPS,... e.g. tiny:8:26,medium:8:10")
     parser.add_argument("--profile", type=int, default=0, help="profile this many voicesmith steps instead")
     parser.add_argument("--out", type=Path, help="write the markdown results here")
+    parser.add_argument("--python", type=Path, default=Path(sys.executable),
+                        help="the python that trains voicesmith: best one whose environment holds only "
+                             "voicesmith's runtime dependencies (`pip install voicesmith`), as each peer runs in "
+                             "its own; a dev environment's extras (transformers) are imported by Lightning and "
+                             "add about 110 MB of resident memory")
     # the measured process (internal)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dataset", help=argparse.SUPPRESS)

@@ -107,9 +107,12 @@ def test_piper_checkpoint_run_holds_config_checkpoint_symbols_and_report(piper_c
     report = json.loads((run / "import_report.json").read_text(encoding="utf-8"))
     assert report["mapped"] == len(original.state_dict()) and report["fresh_count"] == 0
     assert any("epoch 2164" in note for note in report["notes"])
+    assert loaded.train.freeze_steps == 0  # a checkpoint with every tensor needs no warm-up
     synthesizer = Synthesizer.load(result.checkpoint)  # the imported checkpoint is an ordinary voice
     ids = synthesizer.frontend.encode(SENTENCE).ids
     assert np.array_equal(_infer(synthesizer.model, ids), _infer(original, ids))
+    before_training = Synthesizer.load(run)  # `voicesmith synth RUN_DIR` speaks before the first step
+    assert np.array_equal(_infer(before_training.model, ids), _infer(original, ids))
     with pytest.raises(UserInputError, match="already exists"):
         import_voice(path, run, demo_corpus)
 
@@ -153,6 +156,9 @@ def test_joe_onnx_voice_speaks_like_onnxruntime(tmp_path):
     assert sorted(name.split(".")[0] for names in fresh.values() for name in names[:1]) == \
         ["discriminator", "dp", "dp", "enc_q"]  # training-only parts: reported, not silently empty
     assert voice.report.unused == []
+    held = voice.config.train.freeze  # the warm-up holds exactly the parts the graph filled completely
+    assert {"enc_p", "flow", "dec", "dp.pre", "dp.flows.0"} <= set(held) and voice.config.train.freeze_steps > 0
+    assert not any(part.startswith(("enc_q", "discriminator", "dp.post", "dp.flows.1")) for part in held)
     ids = voice.symbols.encode("ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps")[0]
     session = onnxruntime.InferenceSession(joe.model_path())
     reference = session.run(None, {"input": np.array([ids], dtype=np.int64),

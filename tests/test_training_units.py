@@ -157,6 +157,9 @@ def test_trainer_hardware_from_config(monkeypatch):
     assert trainer_hardware(HardwareConfig(accelerator="cpu", devices=2))["strategy"] == "ddp"
     gan = trainer_hardware(HardwareConfig(accelerator="cpu", devices=2), has_unused_parameters=True)
     assert gan["strategy"] == "ddp_find_unused_parameters_true"
+    named = trainer_hardware(HardwareConfig(accelerator="cpu", strategy="ddp"), has_unused_parameters=True)
+    assert named["strategy"] == "ddp_find_unused_parameters_true"  # a GAN under a plain `ddp` would crash
+    assert trainer_hardware(HardwareConfig(accelerator="cpu", strategy="ddp_spawn"))["strategy"] == "ddp_spawn"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # started by torchrun --nproc_per_node 4
     assert trainer_hardware(HardwareConfig(accelerator="cpu"))["devices"] == 4
 

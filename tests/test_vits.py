@@ -226,6 +226,44 @@ def test_resume_restores_both_optimizers_and_schedulers(demo_corpus, make_vits_r
         assert scheduler["_last_lr"][0] == pytest.approx(config.train.learning_rate * config.train.lr_decay ** 3)
 
 
+def test_warm_up_holds_the_frozen_parts_then_trains_them(demo_corpus, make_vits_run):
+    """train.freeze / freeze_steps (set by import-voice for ONNX voices): the held parts keep their weights
+    bit for bit while the others learn, and train once the warm-up is over."""
+    from lightning.pytorch.callbacks import Callback
+
+    names = ("enc_p.emb.weight", "dp.pre.weight", "enc_q.pre.weight")
+
+    class Snapshots(Callback):
+        def __init__(self):
+            self.weights: list[dict[str, torch.Tensor]] = []
+
+        def snapshot(self, pl_module) -> None:
+            state = pl_module.model.state_dict()
+            self.weights.append({name: state[name].clone() for name in names})
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.snapshot(pl_module)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.snapshot(pl_module)
+
+    config = make_vits_run(demo_corpus, "train.freeze=[enc_p, dp.pre]", "train.freeze_steps=2")
+    snapshots = Snapshots()
+    summary = train(config, max_steps=3, callbacks=[snapshots])
+    assert summary["status"] == "completed"
+    start, _, after_two, after_three = snapshots.weights
+    for name in names[:2]:
+        assert torch.equal(start[name], after_two[name]), name  # held through steps 1 and 2 ...
+        assert not torch.equal(after_two[name], after_three[name]), name  # ... and trained at step 3
+    assert not torch.equal(start[names[2]], after_two[names[2]])  # the fresh parts learn during the warm-up
+
+
+def test_a_freeze_prefix_that_matches_nothing_is_refused_by_name(demo_corpus, make_vits_run):
+    config = make_vits_run(demo_corpus, "train.freeze=[encoder]", "train.freeze_steps=5")
+    with pytest.raises(ConfigError, match="'encoder'.*enc_p"):
+        train(config, max_steps=1)
+
+
 def test_bf16_mixed_training_on_the_cpu_keeps_every_loss_finite(demo_corpus, make_vits_run):
     config = make_vits_run(demo_corpus, "hardware.precision=bf16-mixed", "hardware.accelerator=cpu")
     summary = train(config, max_steps=3)

@@ -173,6 +173,8 @@ class TrainConfig(Section):
     skip_window: int = Field(200, ge=1, description="the last N batches over which max_skipped_fraction is counted")
     max_consecutive_skipped: int = Field(10, ge=1)
     init_from: Optional[str] = Field(None, description="checkpoint whose weights start a fine-tune; relative to this config file")
+    freeze: list[str] = Field(default_factory=list, description="parameter-name prefixes (e.g. enc_p, flow, dec) held fixed for the first train.freeze_steps steps: a fine-tune's warm-up, set by import-voice when the source lacks parts")
+    freeze_steps: int = Field(0, ge=0, description="steps during which the parameters under train.freeze stay fixed")
     seed: int = 1234
     stage2: Stage2Config = Field(default_factory=Stage2Config)
 

@@ -270,7 +270,10 @@ def speakers_in_weights(state: dict[str, torch.Tensor]) -> int:
 
 
 def find_model_file(path: Path) -> Path:
-    """A checkpoint file or an exported folder, from what the user named (file, run dir, export dir)."""
+    """A checkpoint file or an exported folder, from what the user named (file, run dir, export dir); an
+    imported voice's run speaks from its imported weights until it has a checkpoint of its own."""
+    from voicesmith.importers.voice_run import IMPORTED_CHECKPOINT
+
     if path.is_file():
         return path
     if path.is_dir():
@@ -280,6 +283,8 @@ def find_model_file(path: Path) -> Path:
                     return folder / name
         if (path / EXPORT_CONFIG).is_file():
             return path
+        if (path / IMPORTED_CHECKPOINT).is_file():
+            return path / IMPORTED_CHECKPOINT
         raise UserInputError(f"{path} holds no voice: no checkpoints/best.ckpt or checkpoints/last.ckpt (train "
                              f"first) and no exported voice ({EXPORT_CONFIG} + model.safetensors).")
     raise UserInputError(f"Model {path} does not exist. Pass a checkpoint (.ckpt), a run directory or an "

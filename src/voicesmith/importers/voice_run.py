@@ -33,6 +33,10 @@ NO_DATASET = "<your corpus folder: set data.dataset>"
 FINE_TUNE_TRAIN = dict(learning_rate=1e-4, max_steps=20_000, warmup_steps=0, val_every_n_steps=250,
                        checkpoint_every_n_steps=250)
 FINE_TUNE_SAMPLES = dict(every_n_steps=250)
+# A source without some generator weights (an ONNX voice: no posterior encoder) warms up with the parts it
+# filled completely held fixed (training/freeze.py). With joe-medium held, the KL term fell from about 200
+# and levelled off near 30 within 40-50 steps (batch 8, benchmarks/RESULTS_finetune.md): 100 steps covers that.
+WARMUP_STEPS = 100
 
 
 @dataclass
@@ -75,7 +79,9 @@ def imported_voice(source: VoiceSource, run_dir: Path, dataset: Optional[Path] =
     config = _config(source, Path(run_dir), dataset)
     report.notes.append(_fine_tune_note(config))
     symbols = _with_corpus_symbols(source.symbols, config, dataset, report)
-    return ImportedVoice(_filled_model(source, config, symbols, report), config, symbols, report)
+    model = _filled_model(source, config, symbols, report)
+    _hold_imported_parts(model, config, report)
+    return ImportedVoice(model, config, symbols, report)
 
 
 def write_voice_run(source: VoiceSource, run_dir: Path, dataset: Optional[Path]) -> ImportResult:
@@ -156,6 +162,20 @@ def _filled_model(source: VoiceSource, config: VoiceConfig, symbols: SymbolTable
             tensors[name] = fit_rows(tensors[name], state[name], name, report)
     load_into(model, tensors, report, source.fresh)
     return model.eval()
+
+
+def _hold_imported_parts(model, config: VoiceConfig, report: ImportReport) -> None:
+    """When generator weights start fresh, the first steps hold what the source filled completely."""
+    from voicesmith.training.freeze import whole_parts
+
+    fresh = {name for names in report.fresh.values() for name in names}
+    if not any(not name.startswith("discriminator.") for name in fresh):
+        return
+    config.train.freeze = whole_parts(model, fresh, skip=("discriminator",))
+    config.train.freeze_steps = WARMUP_STEPS
+    report.notes.append(f"Warm-up: for the first {WARMUP_STEPS} steps the parts the source filled completely stay "
+                        f"fixed ({', '.join(config.train.freeze)}) while the fresh ones learn against them; "
+                        f"--set train.freeze_steps=0 trains everything from the first step.")
 
 
 def _save(model, config: VoiceConfig, symbols: SymbolTable, speakers: dict[str, int], run_dir: Path,

@@ -110,7 +110,12 @@ def _slurm_tasks_per_node(env: Mapping[str, str], nodes: int) -> int:
 
 def strategy_for(hw: HardwareConfig, devices: Union[int, str], has_unused_parameters: bool,
                  num_nodes: Optional[int] = None) -> str:
-    """DDP when more than one process trains; GANs leave one network idle in each backward pass."""
+    """DDP when more than one process trains; GANs leave one network idle in each backward pass, so
+    their DDP must look for unused parameters (a plain `ddp` asked for by name is upgraded, with a note)."""
+    if hw.strategy == "ddp" and has_unused_parameters:
+        log.info("hardware.strategy=ddp: using ddp_find_unused_parameters_true, since each of this model's "
+                 "two updates leaves the other network without gradients.")
+        return "ddp_find_unused_parameters_true"
     if hw.strategy != "auto":
         return hw.strategy
     several = (isinstance(devices, int) and devices > 1) or (num_nodes or hw.num_nodes) > 1

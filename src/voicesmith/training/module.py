@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from voicesmith.checkpoint import voicesmith_block
 from voicesmith.config import VoiceConfig
 from voicesmith.errors import ConfigError, RunFailed
+from voicesmith.training.freeze import FrozenWarmup
 from voicesmith.training.guard import LossWatch, SkipGuard
 from voicesmith.training.rng import rng_state, set_rng_state
 from voicesmith.training.schedules import build_scheduler
@@ -145,6 +146,7 @@ class VoiceModule(L.LightningModule):
         self.current_ids: list[str] = []
         self.val_nonfinite = 0
         self.updating = False  # gradients are being exchanged or applied: an out-of-memory error cannot be skipped
+        self.warmup: Optional[FrozenWarmup] = None
         if model is not None:
             self._prepare_model()
 
@@ -183,6 +185,7 @@ class VoiceModule(L.LightningModule):
             self.model.set_gradient_checkpointing(True)
         if hardware.compile:
             self.model.compile()
+        self.warmup = FrozenWarmup.from_config(self.model, train)
         self.weights = loss_weights(self.model, self.config)
 
     def _init_from(self, path: str) -> None:
@@ -265,6 +268,8 @@ class VoiceModule(L.LightningModule):
                                                           f"the batch)")
 
     def _optimize(self, batch: dict) -> StepResult:
+        if self.warmup is not None:
+            self.warmup.apply(self.global_step)
         if self.is_gan:
             return self._optimize_gan(batch)
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()

@@ -61,7 +61,7 @@ class ResBlock1(nn.Module):
     def forward(self, x: Tensor, x_mask: Optional[Tensor] = None) -> Tensor:
         for conv1, conv2 in zip(self.convs1, self.convs2):
             xt = conv1(_masked(F.leaky_relu(x, LRELU_SLOPE), x_mask))
-            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE), x_mask))
+            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE, inplace=True), x_mask))  # a conv's output
             x = xt + x
         return _masked(x, x_mask)
 
@@ -134,10 +134,10 @@ class HifiGanGenerator(nn.Module):
         if g is not None:
             x = x + self.cond(g)
         for i, upsample in enumerate(self.ups):
-            x = upsample(F.leaky_relu(x, LRELU_SLOPE))
+            x = upsample(F.leaky_relu(x, LRELU_SLOPE, inplace=True))  # a conv's or a sum's output
             blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
             x = sum(block(x) for block in blocks) / self.num_kernels
-        x = self.conv_post(F.leaky_relu(x))  # default slope 0.01 here, as in HiFi-GAN and VITS
+        x = self.conv_post(F.leaky_relu(x, inplace=True))  # default slope 0.01 here, as in HiFi-GAN and VITS
         return torch.tanh(x)
 
     def remove_weight_norm(self) -> None:
