@@ -12,8 +12,8 @@ only where path scores fall below -1e9.
 * ``maximum_path_numba``: a numba kernel, the batch shared among ``torch.get_num_threads()``
   threads. Nothing to build: numba ships wheels for Linux, macOS and Windows. The
   default on every device: a GPU's scores are copied to the host and the path back.
-  Measured on an H100 (benchmarks/RESULTS_gpu.md), the wavefront below took 79 ms for
-  16 items of 150 tokens by 1000 frames, the copy plus this kernel a few ms: the
+  Measured on an H100 (benchmarks/RESULTS_gpu.md), the wavefront below took 71-79 ms for
+  16 items of 150 tokens by 1000 frames, this kernel on the host 3.4 ms: the
   wavefront launches a handful of small kernels per frame, so it is launch-bound.
 * ``maximum_path_torch``: a torch wavefront over mel frames, vectorised over batch and
   tokens, on ``log_p``'s own device (``backend="torch"``).

@@ -60,15 +60,15 @@ def held_parameters(model: nn.Module, prefixes: list[str]) -> list[nn.Parameter]
     """The trainable parameters under each prefix (a name, or a name followed by '.'); a prefix that
     matches nothing is a ConfigError naming the model's top-level parts."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    held: list[nn.Parameter] = []
+    held: dict[int, nn.Parameter] = {}  # by identity: overlapping prefixes hold a parameter once
     for prefix in prefixes:
         matched = [p for name, p in named if name == prefix or name.startswith(prefix + ".")]
         if not matched:
             parts = ", ".join(name for name, _ in model.named_children())
             raise ConfigError(f"train.freeze names {prefix!r}, which matches no trainable parameter of "
                               f"{type(model).__name__}. Its parts: {parts} (a prefix may go deeper, e.g. dp.flows.0).")
-        held += [p for p in matched if all(p is not q for q in held)]
-    return held
+        held.update((id(p), p) for p in matched)
+    return list(held.values())
 
 
 def whole_parts(model: nn.Module, fresh: set[str], skip: tuple[str, ...] = ()) -> list[str]:
